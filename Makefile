@@ -1,0 +1,42 @@
+# One command each on a fresh machine: `make demo`, `make test`.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+TORCH   ?= 2.13.0
+export HF_HUB_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export WANDB_MODE ?= disabled
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test test-fast demo lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	@# Without CUDA take the CPU wheel from local disk when it is there (an unpinned torch pulls a multi-GB CUDA build).
+	whl=$$(ls /opt/wheels/torch-$(TORCH)+cpu-*.whl 2>/dev/null | head -n 1); \
+	if [ -n "$$whl" ] && ! (command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1); then \
+		$(BIN)/pip install -q "$$whl"; \
+	else \
+		$(BIN)/pip install -q "torch==$(TORCH)"; \
+	fi
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=900 $(PYTEST_ARGS)
+
+demo: install
+	OMP_NUM_THREADS=2 $(BIN)/python -m ppm_trl.demo $(DEMO_ARGS)
+
+lint: install
+	$(BIN)/ruff check ppm_trl tests benchmarks examples
+
+bench: install
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

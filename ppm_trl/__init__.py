@@ -1,0 +1,35 @@
+"""ppm_trl: Progressive Point Matching, PAPO and Adaptive Reference Guidance for TRL's GRPOTrainer.
+
+Imports are lazy so that `import ppm_trl` (and the pure math modules) stay light: TRL, transformers and
+LiteLLM are only imported when a trainer, config or judge is first touched.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "PPMGRPOTrainer": "ppm_trl.trainers.ppm",
+    "PAPOTrainer": "ppm_trl.trainers.papo",
+    "ARGTrainer": "ppm_trl.trainers.arg",
+    "PPMConfig": "ppm_trl.configs",
+    "PAPOConfig": "ppm_trl.configs",
+    "ARGConfig": "ppm_trl.configs",
+    "LiteLLMJudge": "ppm_trl.judge",
+    "ReasoningGraph": "ppm_trl.points",
+    "PrefixSelector": "ppm_trl.arg",
+    "build_tiny_model_and_tokenizer": "ppm_trl.tiny",
+    "make_dataset": "ppm_trl.envs",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ppm_trl' has no attribute {name!r}")
