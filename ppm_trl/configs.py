@@ -1,0 +1,226 @@
+"""Configurations of the three trainers: `GRPOConfig` subclasses in which every paper knob is a field.
+
+Each field is also a YAML key and a `--flag` of `ppm-trl train` (TRL's `TrlParser`). Where a paper's training
+defaults differ from TRL's, the paper's value is the default here and the field says so in its help text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+PROGRESS_MODES = ("ppm", "exact_order", "process_reward")
+SEGMENTATIONS = ("equal_chunks", "turns")
+GRANULARITIES = ("segment", "trajectory")
+PROCESS_NORMS = ("correct_subset", "full")
+COMBINES = ("decoupled", "multiplicative")
+RUBRICS = ("three_tier", "five_tier")
+ARG_MODES = ("arg", "reference_insertion", "resampling")
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not supported; accepted values: {', '.join(map(str, choices))}")
+
+
+@dataclass
+class JudgeArguments:
+    """LiteLLM judge settings shared by PPM (point grading) and PAPO (rubric scoring).
+
+    API keys are read from the environment by LiteLLM and are never config fields, so they never reach a saved
+    `training_args.bin`, a model card or a log.
+    """
+
+    judge_model: str = field(
+        default="gemini/gemini-2.5-flash-lite",
+        metadata={"help": "Any LiteLLM model string, e.g. `gemini/...`, `openai/...`, `hosted_vllm/...`."},
+    )
+    judge_api_base: str | None = field(
+        default=None, metadata={"help": "Base URL of an OpenAI-compatible server (local vLLM/SGLang)."}
+    )
+    judge_max_concurrency: int = field(default=64, metadata={"help": "Concurrent judge requests."})
+    judge_timeout: float = field(default=60.0, metadata={"help": "Seconds before a judge request is retried."})
+    judge_num_retries: int = field(default=4, metadata={"help": "Retries on 429/5xx/timeouts (exponential backoff)."})
+    judge_temperature: float = field(default=0.0, metadata={"help": "Judge sampling temperature."})
+    judge_cache_dir: str | None = field(
+        default=None,
+        metadata={"help": "On-disk cache of judge answers; default `<output_dir>/judge_cache`."},
+    )
+
+    def judge_kwargs(self, output_dir: str) -> dict:
+        import os
+
+        return dict(
+            model=self.judge_model,
+            api_base=self.judge_api_base,
+            max_concurrency=self.judge_max_concurrency,
+            timeout=self.judge_timeout,
+            num_retries=self.judge_num_retries,
+            temperature=self.judge_temperature,
+            cache_dir=self.judge_cache_dir or os.path.join(output_dir, "judge_cache"),
+        )
+
+
+@dataclass
+class PPMConfig(GRPOConfig, JudgeArguments):
+    r"""Configuration of [`PPMGRPOTrainer`] (Progressive Point Matching, paper §4–5, App. B).
+
+    Segment k of a completion gets reward r_k = m_k − m_{k−1} (+ outcome), where m_k is the fraction of reference
+    reasoning points reached by the prefix c_1..c_k after the obsoletion-graph closure; the advantage of every token
+    of segment k is r_k minus the group mean of r_k (no std division by default). Training defaults follow the
+    paper's Table 3 (lr 3e-6, 16 generations, clip 0.20/0.28, no KL, truncated completions masked, zero-advantage
+    groups filtered) and App. B (tokens with a ≥ 2× train–inference probability mismatch are masked).
+    """
+
+    num_segments: int = field(default=4, metadata={"help": "K, the number of segments per completion (paper: 4)."})
+    segmentation: str = field(
+        default="equal_chunks",
+        metadata={
+            "help": "`equal_chunks`: K chunks of max_completion_length/K tokens (short completions have empty "
+            "trailing segments); `turns`: each assistant turn of a tool/multi-turn rollout is a segment."
+        },
+    )
+    granularity: str = field(
+        default="segment",
+        metadata={"help": "`segment`: per-segment rewards (PPM); `trajectory`: final progress broadcast (baseline)."},
+    )
+    progress_mode: str = field(
+        default="ppm",
+        metadata={
+            "help": "`ppm`: cumulative prefix judged with shortcutting; `exact_order`: a point counts only when all "
+            "earlier points are reached (baseline); `process_reward`: each chunk judged alone (baseline, App. B.1)."
+        },
+    )
+    shortcutting: bool = field(
+        default=True, metadata={"help": "Apply the obsoletion graph (reaching a point reaches what it obsoletes)."}
+    )
+    add_outcome_reward: bool = field(
+        default=True, metadata={"help": "Add the outcome reward to every segment's reward (paper App. B)."}
+    )
+    outcome_weight: float = field(
+        default=1.0, metadata={"help": "Weight of the outcome reward added to each segment (authors' GSM-Inf.: 2.0)."}
+    )
+    progress_scorer: str = field(
+        default="programmatic",
+        metadata={"help": "`programmatic` (env matchers, no LLM) or `judge` (LiteLLM, paper App. D prompt)."},
+    )
+    filter_zero_advantage_groups: bool = field(
+        default=True,
+        metadata={"help": "Drop groups whose advantages are all zero from the loss (paper App. B, after DAPO)."},
+    )
+    # Paper Table 3 / App. B defaults where they differ from TRL's.
+    learning_rate: float = field(default=3e-6, metadata={"help": "Paper Table 3: 3e-6."})
+    num_generations: int | None = field(default=16, metadata={"help": "Trajectories per prompt (paper: 16)."})
+    epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip ratio (paper Table 3: 0.28)."})
+    scale_rewards: str = field(
+        default="none", metadata={"help": "PPM uses no std division (paper App. B); `group` to divide."}
+    )
+    mask_truncated_completions: bool = field(
+        default=True, metadata={"help": "Mask completions truncated by the budget (paper App. B 'length filter')."}
+    )
+    vllm_importance_sampling_mode: str = field(
+        default="token_mask",
+        metadata={"help": "Paper App. B masks tokens with ≥ 2× train-inference mismatch: token_mask in [0.5, 2]."},
+    )
+    vllm_importance_sampling_clip_max: float | None = field(default=2.0, metadata={"help": "See mode (paper: 2)."})
+    vllm_importance_sampling_clip_min: float | None = field(default=0.5, metadata={"help": "See mode (paper: 1/2)."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_segments < 1:
+            raise ValueError(f"num_segments must be >= 1, got {self.num_segments}")
+        _check_choice("segmentation", self.segmentation, SEGMENTATIONS)
+        _check_choice("granularity", self.granularity, GRANULARITIES)
+        _check_choice("progress_mode", self.progress_mode, PROGRESS_MODES)
+        _check_choice("progress_scorer", self.progress_scorer, ("programmatic", "judge"))
+        if self.progress_mode != "ppm" and self.shortcutting:
+            # The baselines are defined without shortcutting (paper App. B.1).
+            self.shortcutting = False
+
+
+@dataclass
+class PAPOConfig(GRPOConfig, JudgeArguments):
+    r"""Configuration of [`PAPOTrainer`] (PAPO, decoupled advantages, paper §4).
+
+    A = A_out + λ·A_proc: A_out is the GRPO advantage of the binary outcome over the whole group; A_proc normalises
+    the rubric score over the correct responses only (0 for incorrect ones, 0 for the group when fewer than two are
+    correct). The judge is called for correct responses only.
+    """
+
+    process_weight: float = field(default=1.0, metadata={"help": "λ, the weight of A_proc (paper default 1)."})
+    process_norm: str = field(
+        default="correct_subset",
+        metadata={"help": "`correct_subset` (PAPO) or `full` (Fullnorm ablation: incorrect count with r_proc = 0)."},
+    )
+    combine: str = field(
+        default="decoupled",
+        metadata={"help": "`decoupled` (A_out + λA_proc) or `multiplicative` (Mult ablation: r = r_out·r_proc)."},
+    )
+    rubric: str = field(default="three_tier", metadata={"help": "`three_tier` {0,.5,1} (default) or `five_tier`."})
+    process_scorer: str = field(
+        default="programmatic",
+        metadata={"help": "`programmatic` (env point fraction, no LLM) or `judge` (LiteLLM rubric, PAPO A.3)."},
+    )
+    papo_epsilon: float = field(default=1e-6, metadata={"help": "ε in the advantage denominators."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_choice("process_norm", self.process_norm, PROCESS_NORMS)
+        _check_choice("combine", self.combine, COMBINES)
+        _check_choice("rubric", self.rubric, RUBRICS)
+        _check_choice("process_scorer", self.process_scorer, ("programmatic", "judge"))
+
+
+@dataclass
+class ARGConfig(GRPOConfig):
+    r"""Configuration of [`ARGTrainer`] (Adaptive Reference Guidance, paper §3–4, Alg. 1, App. E).
+
+    For every all-failure group, `arg_num_continuations` reference prefixes are drawn from a learned selector over
+    surprisal levels α (prefix = latest t with S_t ≥ α·S_0, snapped to a boundary), continued by the policy, verified
+    and accepted; accepted trajectories (or the reference as fallback) replace failed rows. Training defaults follow
+    the paper's Table 4 (lr 1e-6 constant after 10 warmup updates, weight decay 0.01, 8 responses) and the clip
+    interval [0.8, 1.3] of eq. (29).
+    """
+
+    arg_levels: list[float] = field(
+        default_factory=lambda: [1.0, 0.5, 0.25],
+        metadata={"help": "Guidance levels α (1 = empty prefix); prefix leaves α·S_0 of the surprisal."},
+    )
+    arg_num_continuations: int = field(default=8, metadata={"help": "K continuations per all-failure group."})
+    arg_max_accepted: int = field(default=4, metadata={"help": "At most this many inserted trajectories per group."})
+    arg_max_empty_prefix: int = field(default=4, metadata={"help": "Cap on accepted empty-prefix candidates."})
+    arg_max_guided: int = field(default=1, metadata={"help": "Cap on accepted non-empty-prefix candidates."})
+    arg_selector_epsilon: float = field(default=0.2, metadata={"help": "ε, uniform mixing of the selector."})
+    arg_selector_lr: float = field(default=0.3, metadata={"help": "η, the selector's REINFORCE step size."})
+    arg_baseline_rate: float = field(default=0.1, metadata={"help": "β, the baseline's moving-average rate."})
+    arg_mode: str = field(
+        default="arg",
+        metadata={
+            "help": "`arg`; `reference_insertion` (ablation: insert the reference, no continuations); `resampling` "
+            "(ablation: all K at α = 1, keep every correct one, no fallback)."
+        },
+    )
+    surprisal_weighting: bool = field(
+        default=True, metadata={"help": "Selector feedback W = 1{accepted}·S_t/S_0 (off: the indicator alone)."}
+    )
+    format_reward_weight: float = field(default=0.2, metadata={"help": "Reward = accuracy + this·format."})
+    arg_skip_invalid_references: bool = field(
+        default=False,
+        metadata={"help": "Skip rows whose reference is missing/empty/unboxed (counted) instead of raising."},
+    )
+    arg_seed: int = field(default=0, metadata={"help": "Seed of the selector's sampler."})
+    # Paper defaults where they differ from TRL's.
+    epsilon: float = field(default=0.2, metadata={"help": "Lower clip: ratio ≥ 0.8 (paper eq. 29)."})
+    epsilon_high: float | None = field(default=0.3, metadata={"help": "Upper clip: ratio ≤ 1.3 (paper eq. 29)."})
+    warmup_steps: float = field(default=10, metadata={"help": "Paper Table 4: 10 warmup updates."})
+    weight_decay: float = field(default=0.01, metadata={"help": "Paper Table 4: 0.01."})
+    lr_scheduler_type: str = field(default="constant_with_warmup", metadata={"help": "Paper: constant after warmup."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check_choice("arg_mode", self.arg_mode, ARG_MODES)
+        if not self.arg_levels or any(not (0.0 < a <= 1.0) for a in self.arg_levels):
+            raise ValueError(f"arg_levels must be non-empty values in (0, 1], got {self.arg_levels}")
+        if self.arg_num_continuations < 1:
+            raise ValueError(f"arg_num_continuations must be >= 1, got {self.arg_num_continuations}")

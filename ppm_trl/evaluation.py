@@ -1,0 +1,76 @@
+"""pass@k / avg@k evaluation of a checkpoint: sampling with HF generate (or vLLM on a GPU) and the env/math verifiers.
+
+`pass_at_k` is the unbiased estimator 1 − C(n−c, k)/C(n, k) (Chen et al., 2021; PPM paper eq. 112), computed as a
+product so it never overflows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct: 1 − C(n−c, k) / C(n, k)."""
+    if not 0 <= num_correct <= num_samples:
+        raise ValueError(f"need 0 <= num_correct <= num_samples, got c={num_correct}, n={num_samples}")
+    if not 1 <= k <= num_samples:
+        raise ValueError(f"need 1 <= k <= num_samples, got k={k}, n={num_samples}")
+    if num_samples - num_correct < k:
+        return 1.0
+    # C(n−c, k)/C(n, k) = Π_{i=n−c+1}^{n} (1 − k/i)
+    return 1.0 - math.prod(1.0 - k / i for i in range(num_samples - num_correct + 1, num_samples + 1))
+
+
+def summarize(correct: Sequence[Sequence[bool]], ks: Sequence[int]) -> dict[str, float]:
+    """Mean pass@k over problems for each k, and avg@n (mean accuracy of all samples)."""
+    if not correct:
+        raise ValueError("no problems to summarise")
+    n = len(correct[0])
+    if any(len(row) != n for row in correct):
+        raise ValueError("every problem needs the same number of samples")
+    out = {f"pass@{k}": sum(pass_at_k(n, sum(row), k) for row in correct) / len(correct) for k in ks if k <= n}
+    out[f"avg@{n}"] = sum(sum(row) for row in correct) / (n * len(correct))
+    return out
+
+
+def sample_completions(model, tokenizer, prompts, num_samples: int, max_new_tokens: int, temperature: float = 1.0,
+                       top_p: float = 1.0, batch_size: int = 64, seed: int = 0) -> list[list[str]]:
+    """`num_samples` sampled completions per prompt (conversational or plain prompts) with HF generate."""
+    import torch
+
+    torch.manual_seed(seed)
+    texts = [
+        tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if not isinstance(p, str) else p
+        for p in prompts
+    ]
+    flat = [t for t in texts for _ in range(num_samples)]
+    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    outputs: list[str] = []
+    model.eval()
+    try:
+        for start in range(0, len(flat), batch_size):
+            batch = tokenizer(flat[start : start + batch_size], return_tensors="pt", padding=True,
+                              add_special_tokens=False).to(model.device)
+            with torch.no_grad():
+                generated = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
+                                           temperature=temperature if temperature > 0 else None, top_p=top_p,
+                                           pad_token_id=tokenizer.pad_token_id)
+            outputs.extend(tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1]:], skip_special_tokens=True))
+    finally:
+        tokenizer.padding_side = padding_side
+    return [outputs[i * num_samples : (i + 1) * num_samples] for i in range(len(prompts))]
+
+
+def sample_completions_vllm(model_path: str, tokenizer, prompts, num_samples: int, max_new_tokens: int,
+                            temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> list[list[str]]:
+    """The same with vLLM (GPU machines with the `vllm` extra installed)."""
+    from vllm import LLM, SamplingParams
+
+    texts = [
+        tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if not isinstance(p, str) else p
+        for p in prompts
+    ]
+    llm = LLM(model=model_path, seed=seed)
+    params = SamplingParams(n=num_samples, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
+    return [[o.text for o in request.outputs] for request in llm.generate(texts, params)]

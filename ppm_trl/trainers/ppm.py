@@ -1,0 +1,201 @@
+"""PPMGRPOTrainer: GRPO with Progressive Point Matching segment rewards and per-token advantages.
+
+The trainer is a thin adapter (DESIGN.md): TRL generates and computes the outcome rewards; this class
+1. in `_calculate_rewards` (called with the local rows, returns gathered rewards) decodes each completion's K
+   prefixes, asks the progress scorer for m_1..m_K and gathers the (B, K) progress of the whole generation batch;
+2. in `_generate_and_score_completions`, after TRL is done, replaces the (B,) advantages with (B, T) ones:
+   `ppm_segment_advantages` per group on the gathered batch, sliced to this process, expanded to tokens.
+Everything group-based happens before TRL shuffles and splits the batch; `_compute_loss` consumes (B, T) as is.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import torch
+from trl import GRPOTrainer
+
+from ..advantages import (
+    ppm_segment_advantages,
+    ppm_trajectory_advantages,
+    process_reward_advantages,
+    zero_advantage_groups,
+)
+from ..configs import PPMConfig
+from ..scorers import ProgressScorer, build_progress_scorer, reasoning_graph_of
+from ..segments import (
+    equal_chunk_segment_ids,
+    expand_segment_values,
+    segment_prefix_lengths,
+    turn_prefix_lengths,
+    turn_segment_ids,
+)
+from .common import (
+    check_columns,
+    log_metric,
+    process_slice,
+    recount_loss_tokens,
+    replace_logged_advantages,
+    weighted_outcome,
+)
+
+
+class PPMGRPOTrainer(GRPOTrainer):
+    """GRPO whose advantages are Progressive Point Matching segment advantages (PPM paper §4–5, Alg. 1, App. B).
+
+    Args:
+        progress_scorer: a callable `(rows, texts) -> (N, K) progress` (see `ppm_trl.scorers.ProgressScorer`);
+            default: built from `args.progress_scorer` (`programmatic` env matchers or the LiteLLM `judge`).
+        Everything else is `GRPOTrainer`'s. The train dataset needs `reasoning_points` (and `reasoning_graph`).
+    """
+
+    _tag_names = ["trl", "grpo", "ppm", "ppm-trl"]
+    _name = "PPM-GRPO"
+    _paper = {
+        "title": "Long-Horizon Language Model Reinforcement Learning via Progressive Point Matching",
+        "id": "2609.07303",
+        "citation": textwrap.dedent(
+            """\
+            @article{ppm2026,
+                title        = {{Long-Horizon Language Model Reinforcement Learning via Progressive Point Matching}},
+                author       = {Kevin Frans and Oleh Rybkin and Sergey Levine and Aviral Kumar and others},
+                year         = 2026,
+                eprint       = {arXiv:2609.07303}
+            }"""
+        ),
+    }
+
+    def __init__(self, model, reward_funcs, args: PPMConfig | None = None, train_dataset=None,
+                 progress_scorer: ProgressScorer | None = None, **kwargs):
+        if args is None:
+            raise ValueError("PPMGRPOTrainer needs a PPMConfig (`args=PPMConfig(...)`)")
+        if not isinstance(args, PPMConfig):
+            raise TypeError(f"PPMGRPOTrainer needs a PPMConfig, got {type(args).__name__}")
+        check_columns(train_dataset, {"reasoning_points": "list"}, "PPM")
+        _check_graphs(train_dataset)
+        self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
+        self._ppm_progress = None  # gathered (B, K) progress of the current generation batch
+        self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+
+    # ------------------------------------------------------------------------------------------- TRL hooks
+    def _generate(self, prompts):
+        output = super()._generate(prompts)
+        self._ppm_tool_mask = output[2]  # turn segmentation needs it; `_calculate_rewards` only gets ids
+        return output
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._ppm_progress = None
+        if self.model.training:
+            prefix_lengths = self._prefix_lengths(completion_ids_list)
+            progress = self._score_progress(inputs, completion_ids_list, prefix_lengths)
+            valid = torch.diff(prefix_lengths, dim=1, prepend=torch.zeros_like(prefix_lengths[:, :1])) > 0
+            device = self.accelerator.device
+            self._ppm_progress = self.accelerator.gather(progress.to(device))
+            self._ppm_valid = self.accelerator.gather(valid.to(device))
+            self._ppm_outcome = weighted_outcome(rewards_per_func, self.reward_weights)
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self._ppm_progress is None:  # eval: plain GRPO advantages
+            return output
+        args = self.args
+        advantages = self._segment_advantages()  # (B_global, K)
+        local = process_slice(self, output["completion_ids"].shape[0])
+        segment_ids = self._segment_ids(output)
+        output["advantages"] = expand_segment_values(advantages[local].to(segment_ids.device), segment_ids)
+
+        dropped = torch.zeros(advantages.shape[0], dtype=torch.bool, device=advantages.device)
+        if args.filter_zero_advantage_groups:
+            dropped = zero_advantage_groups(advantages, self.num_generations).repeat_interleave(self.num_generations)
+            if dropped[local].any():
+                keep = (~dropped[local]).to(output["completion_mask"].dtype).unsqueeze(1)
+                output["completion_mask"] = output["completion_mask"] * keep
+            recount_loss_tokens(self, output)
+        self._log_ppm(advantages, dropped)
+        return output
+
+    # ---------------------------------------------------------------------------------------------- pieces
+    def _prefix_lengths(self, completion_ids_list) -> torch.Tensor:
+        """(B_local, K) number of tokens of each prefix c_1..c_k."""
+        args = self.args
+        lengths = torch.tensor([len(ids) for ids in completion_ids_list], dtype=torch.long)
+        if args.segmentation == "equal_chunks":
+            return segment_prefix_lengths(lengths, args.max_completion_length, args.num_segments)
+        width = max(int(lengths.max()), 1) if len(lengths) else 1
+        positions = torch.arange(width)
+        completion_mask = positions.unsqueeze(0) < lengths.unsqueeze(1)
+        tool_mask = None
+        if self._ppm_tool_mask is not None:
+            tool_mask = torch.ones(len(lengths), width, dtype=torch.bool)
+            for i, row in enumerate(self._ppm_tool_mask):
+                tool_mask[i, : len(row)] = torch.as_tensor(row, dtype=torch.bool)
+        return turn_prefix_lengths(tool_mask, completion_mask, args.num_segments)
+
+    def _score_progress(self, inputs, completion_ids_list, prefix_lengths) -> torch.Tensor:
+        """(B_local, K) progress from the scorer; a scorer failure marks the row unscorable (NaN), never 0."""
+        process_reward = self.args.progress_mode == "process_reward"
+        texts = []
+        for ids, ends in zip(completion_ids_list, prefix_lengths.tolist()):
+            starts = [0] + ends[:-1] if process_reward else [0] * len(ends)
+            texts.append(self.processing_class.batch_decode(
+                [ids[s:e] for s, e in zip(starts, ends)], skip_special_tokens=True))
+        progress = torch.as_tensor(self.progress_scorer(inputs, texts), dtype=torch.float32)
+        if progress.shape != prefix_lengths.shape:
+            raise ValueError(f"progress scorer returned shape {tuple(progress.shape)}, expected "
+                             f"{tuple(prefix_lengths.shape)} (rows, num_segments)")
+        bad = ~torch.isnan(progress) & ((progress < 0) | (progress > 1))
+        if bad.any():
+            row = int(bad.any(dim=1).nonzero()[0])
+            raise ValueError(f"progress scorer returned values outside [0, 1] for row {row}: {progress[row].tolist()}")
+        return progress
+
+    def _segment_advantages(self) -> torch.Tensor:
+        args = self.args
+        estimator = {
+            ("segment", "ppm"): ppm_segment_advantages,
+            ("segment", "exact_order"): ppm_segment_advantages,
+            ("segment", "process_reward"): process_reward_advantages,
+        }.get((args.granularity, args.progress_mode), ppm_trajectory_advantages)
+        return estimator(
+            self._ppm_progress, self._ppm_outcome, self.num_generations, add_outcome=args.add_outcome_reward,
+            scale=args.scale_rewards != "none", valid=self._ppm_valid, outcome_weight=args.outcome_weight,
+        )
+
+    def _segment_ids(self, output) -> torch.Tensor:
+        args = self.args
+        if args.segmentation == "equal_chunks":
+            return equal_chunk_segment_ids(output["completion_mask"], args.max_completion_length, args.num_segments)
+        return turn_segment_ids(output.get("tool_mask"), output["completion_mask"], args.num_segments)
+
+    def _log_ppm(self, advantages: torch.Tensor, dropped: torch.Tensor) -> None:
+        progress, valid = self._ppm_progress, self._ppm_valid
+        scorable = ~torch.isnan(progress).any(dim=1)
+        monotone = torch.cummax(torch.nan_to_num(progress) * valid, dim=1).values
+        for k in range(progress.shape[1]):
+            log_metric(self, f"ppm/progress_segment_{k + 1}", monotone[scorable, k].mean().nan_to_num().item())
+        log_metric(self, "ppm/final_progress", monotone[scorable, -1].mean().nan_to_num().item())
+        log_metric(self, "ppm/unscorable_frac", (~scorable).float().mean().item())
+        groups = advantages.view(-1, self.num_generations, advantages.shape[1])
+        log_metric(self, "ppm/frac_groups_nonzero_advantage", (groups.abs().amax(dim=(1, 2)) > 1e-8).float().mean())
+        log_metric(self, "ppm/frac_rows_filtered", dropped.float().mean().item())
+        stats = dict(getattr(self.progress_scorer, "stats", {}))
+        for key in ("requests", "skipped_empty", "skipped_unchanged", "deduplicated", "failures"):
+            log_metric(self, f"ppm/scorer_{key}", stats.get(key, 0) - self._ppm_stats_seen.get(key, 0))
+        self._ppm_stats_seen = stats
+        # One scalar per row for the completions table (TRL formats advantages as floats).
+        row_mean = (advantages * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
+        replace_logged_advantages(self, row_mean)
+
+
+def _check_graphs(dataset) -> None:
+    """Every row's `reasoning_graph` must parse against its points (error names the row and rule)."""
+    if dataset is None or not hasattr(dataset, "__len__") or "reasoning_graph" not in (dataset.column_names or []):
+        return
+    for index, (points, graph) in enumerate(zip(dataset["reasoning_points"], dataset["reasoning_graph"])):
+        try:
+            reasoning_graph_of({"reasoning_points": points, "reasoning_graph": graph})
+        except ValueError as error:
+            raise ValueError(f"PPM: column `reasoning_graph`, row {index}: {error}") from None

@@ -1,0 +1,176 @@
+"""SFT warm start of the tiny model on a synthetic task's reference solutions (TRL `SFTTrainer`), cached on disk.
+
+RL from a random byte-level model never sees a reward; the PPM paper starts from an instruction-tuned model. The
+CPU stand-in is a tiny Qwen2 (`ppm_trl.tiny`) fine-tuned briefly on reference solutions over a mix of horizons,
+deliberately undertrained so that per-sub-problem accuracy stays well below 1 and all-correct success falls off
+a cliff as n grows — the regime where sparse and dense rewards differ. `evaluate_policy` measures both rates.
+
+The checkpoint is cached in `~/.cache/ppm_trl/warmstart/<hash of the settings>` (or `PPM_TRL_CACHE`), a directory
+loadable with `AutoModelForCausalLM.from_pretrained` / `AutoTokenizer.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+WARMSTART_VERSION = 1  # bump when the recipe changes, so old caches are not reused
+
+
+@dataclass
+class WarmStartSettings:
+    """Everything that determines the warm-start checkpoint (its cache key)."""
+
+    env: str = field(default="multi_add", metadata={"help": "Synthetic env whose references are imitated."})
+    horizons: tuple[int, ...] = field(default=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12),
+                                      metadata={"help": "Horizons n mixed uniformly in the SFT data."})
+    num_examples: int = field(default=6000, metadata={"help": "SFT rows in total (spread over the horizons)."})
+    max_steps: int = field(default=400, metadata={"help": "SFT optimizer steps (the dial for per-step accuracy)."})
+    batch_size: int = field(default=32, metadata={"help": "SFT batch size."})
+    learning_rate: float = field(default=2e-3, metadata={"help": "SFT learning rate (AdamW, cosine decay)."})
+    hidden_size: int = field(default=128, metadata={"help": "Tiny Qwen2 width."})
+    num_hidden_layers: int = field(default=3, metadata={"help": "Tiny Qwen2 depth."})
+    num_attention_heads: int = field(default=4, metadata={"help": "Attention heads."})
+    seed: int = field(default=0, metadata={"help": "Seed of the model init, the data and the SFT order."})
+
+    def __post_init__(self):
+        self.horizons = tuple(int(n) for n in self.horizons)
+        if not self.horizons or min(self.horizons) < 1:
+            raise ValueError(f"horizons must be a non-empty list of integers >= 1, got {self.horizons}")
+        for name in ("num_examples", "max_steps", "batch_size", "hidden_size", "num_hidden_layers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def key(self) -> str:
+        payload = json.dumps({"version": WARMSTART_VERSION, **asdict(self)}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def default_cache_root() -> str:
+    root = os.environ.get("PPM_TRL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "ppm_trl")
+    return os.path.join(root, "warmstart")
+
+
+def sft_dataset(settings: WarmStartSettings):
+    """Prompt-completion rows (TRL's format: loss on the completion only) over the settings' horizons."""
+    from datasets import concatenate_datasets
+
+    from .envs import make_dataset
+
+    per_horizon = math.ceil(settings.num_examples / len(settings.horizons))
+    parts = [
+        make_dataset(settings.env, n, per_horizon, seed=10_000 * settings.seed + 1_000 + n).select_columns(
+            ["prompt", "reference"])
+        for n in settings.horizons
+    ]
+    data = concatenate_datasets(parts).shuffle(seed=settings.seed)
+    return data.map(lambda row: {"completion": [{"role": "assistant", "content": row["reference"]}]},
+                    remove_columns=["reference"])
+
+
+def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None = None, force: bool = False,
+               progress: bool = True) -> str:
+    """Path of the SFT'd checkpoint for `settings`, training it (a few CPU minutes) unless it is cached."""
+    settings = settings or WarmStartSettings()
+    path = os.path.join(cache_root or default_cache_root(), settings.key())
+    if not force and os.path.exists(os.path.join(path, "warmstart.json")):
+        return path
+    from trl import SFTConfig, SFTTrainer
+
+    from .tiny import build_tiny_model_and_tokenizer
+
+    model, tokenizer = build_tiny_model_and_tokenizer(
+        seed=settings.seed, hidden_size=settings.hidden_size, num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_attention_heads,
+    )
+    staging = path + ".tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    args = SFTConfig(
+        output_dir=staging, max_steps=settings.max_steps, per_device_train_batch_size=settings.batch_size,
+        learning_rate=settings.learning_rate, lr_scheduler_type="cosine", warmup_steps=20, weight_decay=0.0,
+        seed=settings.seed, use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
+        save_strategy="no", logging_steps=max(settings.max_steps // 10, 1), disable_tqdm=not progress,
+        dataloader_num_workers=0, max_length=None,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(settings), processing_class=tokenizer)
+    trainer.train()
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    with open(os.path.join(staging, "warmstart.json"), "w") as handle:
+        json.dump({"version": WARMSTART_VERSION, **asdict(settings)}, handle, indent=2)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(staging, path)
+    return path
+
+
+def load_policy(path: str):
+    """(model, tokenizer) from a warm-start (or any saved) directory, on CPU, in train-ready fp32."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, tokenizer
+
+
+def completion_budget(env: str, n: int, slack: float = 1.5) -> int:
+    """Completion tokens to allow at horizon n: `slack` × the longest reference of 64 sampled rows (bytes = tokens)."""
+    from .envs import make_dataset
+
+    longest = max(len(ref.encode()) for ref in make_dataset(env, n, 64, seed=123)["reference"])
+    return int(math.ceil(slack * longest)) + 2
+
+
+@torch.no_grad()
+def sample_completions(model, tokenizer, prompts: list, max_new_tokens: int, temperature: float = 1.0,
+                       batch_size: int = 128, seed: int = 0) -> list[str]:
+    """One completion per prompt (conversational prompts), sampled at `temperature` (0 = greedy)."""
+    was_training = model.training
+    model.eval()
+    texts = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=False)
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    outputs = []
+    try:
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
+                              padding_side="left", add_special_tokens=False)
+            sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
+                else {"do_sample": False}
+            generated = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                       eos_token_id=tokenizer.eos_token_id, **sampling)
+            outputs += tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+    finally:
+        torch.random.set_rng_state(generator_state)
+        model.train(was_training)
+    return outputs
+
+
+def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature: float = 1.0, seed: int = 0,
+                    batch_size: int = 128) -> dict[str, float]:
+    """Sampled success on `dataset` rows: `all_correct` (the env's verifier) and `per_subproblem` accuracy.
+
+    `per_subproblem` is the mean fraction of points 1..n reached (goal excluded, no graph closure), the metric that
+    still moves when all-correct success is 0.
+    """
+    from .envs import get_env
+
+    rows = dataset.to_list()
+    completions = sample_completions(model, tokenizer, [row["prompt"] for row in rows], max_new_tokens,
+                                     temperature=temperature, batch_size=batch_size, seed=seed)
+    solved, fractions = 0, []
+    for row, text in zip(rows, completions):
+        env = get_env(row["env"])
+        solved += env.verify(row, text)
+        num_sub = len(row["reasoning_points"]) - 1
+        fractions.append(len(env.match_points(row, text) - {num_sub + 1}) / num_sub)
+    return {"all_correct": solved / len(rows), "per_subproblem": sum(fractions) / len(rows), "num_prompts": len(rows)}
+
+
+__all__ = ["WarmStartSettings", "completion_budget", "default_cache_root", "evaluate_policy", "load_policy",
+           "sample_completions", "sft_dataset", "warm_start"]

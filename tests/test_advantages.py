@@ -1,0 +1,323 @@
+"""Advantage estimators: GRPO group normalisation, PPM segment/trajectory advantages and baselines, PAPO.
+
+Every expected number is worked out by hand in the comments (group size 4 unless stated).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ppm_trl.advantages import (
+    exact_order_progress,
+    group_normalize,
+    papo_advantages,
+    papo_components,
+    papo_group_stats,
+    ppm_segment_advantages,
+    ppm_segment_rewards,
+    ppm_trajectory_advantages,
+    process_reward_advantages,
+    sparse_outcome_advantages,
+    zero_advantage_groups,
+)
+
+NAN = float("nan")
+
+
+def close(actual, expected, tol=1e-6):
+    expected = torch.as_tensor(expected, dtype=actual.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert torch.allclose(actual, expected, atol=tol, rtol=0), f"\n{actual}\n!=\n{expected}"
+
+
+# ------------------------------------------------------------------------------------------ group_normalize
+def test_group_normalize_sample_std_and_eps():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    # Group 1: mean .25, deviations [.75, -.25, -.25, -.25], sample var (.5625 + 3·.0625)/3 = .25, std .5.
+    # Group 2: all equal → 0.
+    s = 0.5 + 1e-4
+    close(group_normalize(rewards, 4), [0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s, 0, 0, 0, 0])
+    close(group_normalize(rewards, 4, scale=False), [0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0])
+
+
+def test_group_normalize_ignores_nan_and_handles_columns():
+    rewards = torch.tensor([[1.0, 2.0], [NAN, 2.0], [0.0, 4.0], [0.0, 0.0]])
+    out = group_normalize(rewards, 4, eps=0.0)
+    # Column 0 without the NaN: [1, 0, 0], mean 1/3, deviations [2/3, -1/3, -1/3], var (4/9+1/9+1/9)/2 = 1/3.
+    std0 = math.sqrt(1 / 3)
+    # Column 1: [2, 2, 4, 0], mean 2, deviations [0, 0, 2, -2], var 8/3.
+    std1 = math.sqrt(8 / 3)
+    close(out, [[2 / 3 / std0, 0], [0, 0], [-1 / 3 / std0, 2 / std1], [-1 / 3 / std0, -2 / std1]])
+
+
+def test_group_normalize_single_present_entry_and_dtypes():
+    out = group_normalize(torch.tensor([NAN, 3.0, NAN, NAN], dtype=torch.float64), 4)
+    assert out.dtype == torch.float64 and out.tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert group_normalize(torch.tensor([1, 0]), 2).dtype == torch.float32
+    with pytest.raises(ValueError, match="group_size=4"):
+        group_normalize(torch.zeros(6), 4)
+    with pytest.raises(ValueError, match="inf"):
+        group_normalize(torch.tensor([1.0, float("inf")]), 2)
+
+
+def test_sparse_outcome_and_zero_groups():
+    adv = sparse_outcome_advantages(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2, scale=False)
+    close(adv, [0.0, 0.0, -0.5, 0.5])
+    assert zero_advantage_groups(adv, 2).tolist() == [True, False]
+
+
+# ---------------------------------------------------------------------------------------- PPM segment level
+# One group of 4 completions, K = 4. Row 2 is non-monotone (0.5 → 0.25); row 3 is short: segments 3, 4 empty,
+# with junk (0.3, NaN) there that must be ignored.
+PROGRESS = torch.tensor([
+    [0.25, 0.5, 0.75, 1.0],
+    [0.25, 0.25, 0.5, 0.5],
+    [0.5, 0.25, 0.5, 0.75],
+    [0.5, 1.0, 0.3, NAN],
+])
+OUTCOME = torch.tensor([1.0, 0.0, 0.0, 1.0])
+VALID = torch.tensor([[True] * 4, [True] * 4, [True] * 4, [True, True, False, False]])
+# m after cummax:      row 2 → [.5, .5, .5, .75];  row 3 → [.5, 1, 1, 1] (empty segments carry m over)
+# r_k = m_k − m_{k−1}: row 0 [.25,.25,.25,.25]; row 1 [.25,0,.25,0]; row 2 [.5,0,0,.25]; row 3 [.5,.5,0,0]
+REWARDS_NO_OUTCOME = [[0.25, 0.25, 0.25, 0.25], [0.25, 0, 0.25, 0], [0.5, 0, 0, 0.25], [0.5, 0.5, 0, 0]]
+
+
+def test_segment_rewards_monotone_and_empty_segments():
+    close(ppm_segment_rewards(PROGRESS, add_outcome=False, valid=VALID), REWARDS_NO_OUTCOME)
+    # Outcome added to every valid segment, not to the empty ones: row 0 → 1.25 each, row 3 → [1.5, 1.5, 0, 0].
+    close(ppm_segment_rewards(PROGRESS, OUTCOME, valid=VALID),
+          [[1.25] * 4, [0.25, 0, 0.25, 0], [0.5, 0, 0, 0.25], [1.5, 1.5, 0, 0]])
+
+
+def test_segment_advantages_without_outcome_or_std():
+    # Segment means: k1 (.25+.25+.5+.5)/4 = .375; k2 (.25+0+0+.5)/4 = .1875; k3 (.25+.25+0+0)/4 = .125; k4 = .125.
+    adv = ppm_segment_advantages(PROGRESS, OUTCOME, 4, add_outcome=False, valid=VALID)
+    close(adv, [
+        [-0.125, 0.0625, 0.125, 0.125],
+        [-0.125, -0.1875, 0.125, -0.125],
+        [0.125, -0.1875, -0.125, 0.125],
+        [0.125, 0.3125, -0.125, -0.125],
+    ])
+
+
+def test_segment_advantages_with_outcome():
+    # Rewards [[1.25]*4, [.25,0,.25,0], [.5,0,0,.25], [1.5,1.5,0,0]].
+    # Means: k1 3.5/4 = .875; k2 2.75/4 = .6875; k3 1.5/4 = .375; k4 1.5/4 = .375.
+    adv = ppm_segment_advantages(PROGRESS, OUTCOME, 4, valid=VALID)
+    close(adv, [
+        [0.375, 0.5625, 0.875, 0.875],
+        [-0.625, -0.6875, -0.125, -0.375],
+        [-0.375, -0.6875, -0.375, -0.125],
+        [0.625, 0.8125, -0.375, -0.375],
+    ])
+
+
+def test_segment_advantages_with_std_and_outcome_weight():
+    adv = ppm_segment_advantages(PROGRESS, OUTCOME, 4, add_outcome=False, scale=True, eps=1e-4, valid=VALID)
+    # k1: [.25,.25,.5,.5], deviations ±.125, var 4·.015625/3; k2: [.25,0,0,.5], deviations [.0625,-.1875,-.1875,.3125],
+    # var (.00390625+.03515625+.03515625+.09765625)/3 = .171875/3.
+    s1 = math.sqrt(4 * 0.125**2 / 3) + 1e-4
+    s2 = math.sqrt(0.171875 / 3) + 1e-4
+    close(adv[:, 0], [-0.125 / s1, -0.125 / s1, 0.125 / s1, 0.125 / s1])
+    close(adv[:, 1], [0.0625 / s2, -0.1875 / s2, -0.1875 / s2, 0.3125 / s2])
+    # outcome_weight = 2 (authors' GSM-Infinite config): k1 rewards [2.25, .25, .5, 2.5], mean 5.5/4 = 1.375.
+    adv2 = ppm_segment_advantages(PROGRESS, OUTCOME, 4, valid=VALID, outcome_weight=2.0)
+    close(adv2[:, 0], [0.875, -1.125, -0.875, 1.125])
+
+
+def test_segment_advantages_all_valid_by_default_and_dtype():
+    progress = PROGRESS[:3].clone().double()
+    progress = torch.cat([progress, torch.tensor([[0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)])
+    adv = ppm_segment_advantages(progress, torch.zeros(4), 4)
+    assert adv.dtype == torch.float64
+    # k1 rewards [.25, .25, .5, 0], mean .25.
+    close(adv[:, 0], [0.0, 0.0, 0.25, -0.25])
+
+
+def test_nan_row_gets_zero_and_leaves_the_statistics():
+    progress = torch.tensor([[0.5, 1.0], [NAN, 0.5], [0.0, 0.5], [0.25, 0.25]])
+    # Rows 0, 2, 3 only: rewards [.5,.5], [0,.5], [.25,0]; means k1 .75/3 = .25, k2 1/3.
+    expected = [[0.25, 0.5 - 1 / 3], [0.0, 0.0], [-0.25, 0.5 - 1 / 3], [0.0, -1 / 3]]
+    close(ppm_segment_advantages(progress, torch.zeros(4), 4), expected)
+    # A NaN outcome makes its row unscorable only when the outcome is used.
+    progress2 = torch.nan_to_num(progress, nan=0.0)  # row 1 → [0, .5]
+    outcome = torch.tensor([0.0, 0.0, NAN, 0.0])
+    adv = ppm_segment_advantages(progress2, outcome, 4)
+    # Rows 0, 1, 3: rewards [.5,.5], [0,.5], [.25,0] → the same numbers, with row 2 zeroed instead.
+    close(adv, [[0.25, 0.5 - 1 / 3], [-0.25, 0.5 - 1 / 3], [0.0, 0.0], [0.0, -1 / 3]])
+    adv_no_outcome = ppm_segment_advantages(progress2, outcome, 4, add_outcome=False)
+    assert adv_no_outcome[2].abs().sum() > 0
+
+
+def test_segment_input_validation():
+    with pytest.raises(ValueError, match="row 1, segment 0 has 1.5"):
+        ppm_segment_advantages(torch.tensor([[0.5], [1.5]]), torch.zeros(2), 2)
+    with pytest.raises(ValueError, match="row 0, segment 1"):
+        ppm_segment_advantages(torch.tensor([[0.5, -0.1], [0.0, 0.0]]), torch.zeros(2), 2)
+    # Out-of-range junk in an empty segment is ignored.
+    ppm_segment_advantages(torch.tensor([[0.5, 7.0], [0.0, 0.0]]), torch.zeros(2), 2,
+                           valid=torch.tensor([[True, False], [True, True]]))
+    with pytest.raises(ValueError, match="shape"):
+        ppm_segment_advantages(torch.zeros(2, 2), torch.zeros(3), 2)
+    with pytest.raises(ValueError, match="valid must have shape"):
+        ppm_segment_advantages(torch.zeros(2, 2), torch.zeros(2), 2, valid=torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="group_size=2"):
+        ppm_segment_advantages(torch.zeros(3, 2), torch.zeros(3), 2)
+    with pytest.raises(ValueError, match=r"\(N, K\)"):
+        ppm_segment_advantages(torch.zeros(4), torch.zeros(4), 2)
+
+
+# ------------------------------------------------------------------------------------- PPM trajectory level
+def test_trajectory_advantages_broadcast_final_progress_plus_outcome():
+    # Final monotone progress: row 0 1.0, row 1 .5, row 2 .75, row 3 1.0 (last valid segment).
+    # + outcome [1, 0, 0, 1] → [2, .5, .75, 2]; mean 5.25/4 = 1.3125 → [.6875, -.8125, -.5625, .6875].
+    adv = ppm_trajectory_advantages(PROGRESS, OUTCOME, 4, valid=VALID)
+    close(adv, torch.tensor([0.6875, -0.8125, -0.5625, 0.6875]).unsqueeze(1).expand(4, 4))
+    # Identical to pushing φ/n + outcome through group_normalize and broadcasting.
+    final = torch.tensor([1.0, 0.5, 0.75, 1.0])
+    close(adv, group_normalize(final + OUTCOME, 4, scale=False).unsqueeze(1).expand(4, 4))
+    close(ppm_trajectory_advantages(final, OUTCOME, 4, scale=True),
+          group_normalize(final + OUTCOME, 4, scale=True))
+    # Without the outcome: [1, .5, .75, 1], mean .8125.
+    close(ppm_trajectory_advantages(final, OUTCOME, 4, add_outcome=False), [0.1875, -0.3125, -0.0625, 0.1875])
+
+
+# ------------------------------------------------------------------------------------------- PPM baselines
+def test_exact_order_progress_is_longest_reached_prefix():
+    reached = torch.zeros(2, 3, 4, dtype=torch.bool)
+    # Row 0 (n = 4): prefixes reach {2}, {1, 2, 4}, {1, 2, 3, 4} → longest prefixes 0, 2, 4.
+    reached[0, 0, [1]] = True
+    reached[0, 1, [0, 1, 3]] = True
+    reached[0, 2, :] = True
+    # Row 1 (n = 3, column 4 is padding even if set): {1, 3}, {1, 3, 4*}, {1, 2, 3} → 1, 1, 3.
+    reached[1, 0, [0, 2]] = True
+    reached[1, 1, [0, 2, 3]] = True
+    reached[1, 2, [0, 1, 2, 3]] = True
+    out = exact_order_progress(reached, torch.tensor([4, 3]))
+    close(out, [[0.0, 0.5, 1.0], [1 / 3, 1 / 3, 1.0]])
+    with pytest.raises(ValueError, match="num_points"):
+        exact_order_progress(reached, 5)
+
+
+def test_process_reward_baseline_scores_each_chunk_alone():
+    scores = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.3], [1.0, NAN, 1.0], [1.0, 1.0, 0.0]])
+    valid = torch.tensor([[True] * 3, [True, True, False], [True] * 3, [True] * 3])
+    outcome = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    # Row 2 has a NaN score on a valid chunk → unscorable. Rewards: row 0 [2, 1, 2]; row 1 [0, 1, 0(empty)];
+    # row 3 [1, 1, 0]. Means k1 1, k2 1, k3 2/3.
+    adv = process_reward_advantages(scores, outcome, 4, valid=valid)
+    close(adv, [[1.0, 0.0, 4 / 3], [-1.0, 0.0, -2 / 3], [0.0, 0.0, 0.0], [0.0, 0.0, -2 / 3]])
+
+
+# ------------------------------------------------------------------------------------------------------ PAPO
+EPS = 1e-6
+
+
+def test_papo_all_correct_different_scores():
+    # A_out = 0 (std 0). C = all: scores [1, .5, .5, 0], mean .5, deviations [.5, 0, 0, -.5], var .5/3.
+    s = math.sqrt(0.5 / 3) + EPS
+    a_out, a_proc = papo_components(torch.ones(4), torch.tensor([1.0, 0.5, 0.5, 0.0]), 4)
+    close(a_out, [0, 0, 0, 0])
+    close(a_proc, [0.5 / s, 0, 0, -0.5 / s])
+    close(papo_advantages(torch.ones(4), torch.tensor([1.0, 0.5, 0.5, 0.0]), 4, lam=0.5),
+          [0.25 / s, 0, 0, -0.25 / s])
+
+
+def test_papo_one_correct_and_all_incorrect():
+    # One correct: A_out: mean .25, deviations [.75, -.25 ×3], var .25, std .5; A_proc = 0 (|C| < 2).
+    adv = papo_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), torch.tensor([0.5, NAN, NAN, NAN]), 4)
+    s = 0.5 + EPS
+    close(adv, [0.75 / s, -0.25 / s, -0.25 / s, -0.25 / s])
+    close(papo_advantages(torch.zeros(4), torch.full((4,), NAN), 4), [0, 0, 0, 0])
+
+
+def test_papo_mixed_group_and_ablations():
+    outcome = torch.tensor([1.0, 1.0, 1.0, 0.0])
+    process = torch.tensor([1.0, 0.5, 0.0, NAN])
+    # A_out: mean .75, deviations [.25, .25, .25, -.75], var (3·.0625 + .5625)/3 = .25, std .5.
+    so = 0.5 + EPS
+    a_out = [0.25 / so, 0.25 / so, 0.25 / so, -0.75 / so]
+    # A_proc over C = rows 0..2: [1, .5, 0], mean .5, deviations [.5, 0, -.5], var .5/2 = .25, std .5; row 3 → 0.
+    sp = 0.5 + EPS
+    close(papo_advantages(outcome, process, 4), [a_out[0] + 0.5 / sp, a_out[1], a_out[2] - 0.5 / sp, a_out[3]])
+    # Fullnorm: incorrect row enters with r_proc = 0: [1, .5, 0, 0], mean .375, deviations [.625, .125, -.375, -.375],
+    # var (.390625 + .015625 + .140625 + .140625)/3 = .6875/3.
+    sf = math.sqrt(0.6875 / 3) + EPS
+    full = [0.625 / sf, 0.125 / sf, -0.375 / sf, -0.375 / sf]
+    close(papo_advantages(outcome, process, 4, process_norm="full"), [a + f for a, f in zip(a_out, full)])
+    # Mult: r = r_out·r_proc = [1, .5, 0, 0] with ONE GRPO normalisation and no separate A_out.
+    close(papo_advantages(outcome, process, 4, combine="multiplicative"), full)
+
+
+def test_fullnorm_has_no_correct_subset_gate():
+    # One correct row: default A_proc = 0; Fullnorm: [.5, 0, 0, 0], mean .125, deviations [.375, -.125 ×3],
+    # var (.140625 + 3·.015625)/3 = .0625, std .25.
+    outcome = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    process = torch.tensor([0.5, NAN, NAN, NAN])
+    _, a_proc = papo_components(outcome, process, 4)
+    close(a_proc, [0, 0, 0, 0])
+    _, a_full = papo_components(outcome, process, 4, process_norm="full")
+    s = 0.25 + EPS
+    close(a_full, [0.375 / s, -0.125 / s, -0.125 / s, -0.125 / s])
+
+
+def test_papo_nan_process_is_absent_but_keeps_a_out():
+    # All correct, row 1 not judged: C statistics over [1, 0, .5]: mean .5, deviations [.5, -.5, 0], var .25.
+    s = 0.5 + EPS
+    adv = papo_advantages(torch.ones(4), torch.tensor([1.0, NAN, 0.0, 0.5]), 4)
+    close(adv, [0.5 / s, 0.0, -0.5 / s, 0.0])
+    # Two correct, one unjudged → only one scored → A_proc = 0; the unjudged row still gets A_out.
+    # A_out: [1, 1, 0, 0], mean .5, deviations ±.5, var 1/3.
+    so = math.sqrt(1 / 3) + EPS
+    adv = papo_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.tensor([1.0, NAN, NAN, NAN]), 4)
+    close(adv, [0.5 / so, 0.5 / so, -0.5 / so, -0.5 / so])
+    # Mult: a correct row without a process score is unscorable ([.8, NaN, 0, 0] → rows 0, 2, 3).
+    # [.8, 0, 0], mean .8/3, deviations [1.6/3, -.8/3, -.8/3], var (2.56 + .64 + .64)/9/2 = 3.84/18.
+    sm = math.sqrt(3.84 / 18) + EPS
+    adv = papo_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.tensor([0.8, NAN, NAN, NAN]), 4,
+                          combine="multiplicative")
+    close(adv, [1.6 / 3 / sm, 0.0, -0.8 / 3 / sm, -0.8 / 3 / sm], tol=1e-5)
+
+
+def test_papo_nan_outcome_row_is_unscorable_and_groups_are_independent():
+    # Group 1 (G = 4) with row 1 unscorable: [1, 0, 0] → mean 1/3, deviations [2/3, -1/3, -1/3], var 1/3.
+    s = math.sqrt(1 / 3) + EPS
+    adv = papo_advantages(torch.tensor([1.0, NAN, 0.0, 0.0]), torch.tensor([1.0, 1.0, NAN, NAN]), 4)
+    close(adv, [2 / 3 / s, 0.0, -1 / 3 / s, -1 / 3 / s])
+    # Two groups of 2: [1, 1 | 1, 0], process [1, 0 | 1, NaN].
+    # Group 1: A_out 0; A_proc ±.5/(sqrt(.5) + ε). Group 2: A_out ±.5/(sqrt(.5) + ε); A_proc 0 (|C| = 1).
+    s2 = math.sqrt(0.5) + EPS
+    adv = papo_advantages(torch.tensor([1.0, 1.0, 1.0, 0.0]), torch.tensor([1.0, 0.0, 1.0, NAN]), 2)
+    close(adv, [0.5 / s2, -0.5 / s2, 0.5 / s2, -0.5 / s2])
+
+
+def test_papo_validation():
+    with pytest.raises(ValueError, match="process_norm"):
+        papo_advantages(torch.ones(2), torch.ones(2), 2, process_norm="group")
+    with pytest.raises(ValueError, match="combine"):
+        papo_advantages(torch.ones(2), torch.ones(2), 2, combine="sum")
+    with pytest.raises(ValueError, match="binary.*row 1 has 0.5"):
+        papo_advantages(torch.tensor([1.0, 0.5]), torch.ones(2), 2)
+    with pytest.raises(ValueError, match="process must lie in"):
+        papo_advantages(torch.ones(2), torch.tensor([1.0, 2.0]), 2)
+    with pytest.raises(ValueError, match="group_size=4"):
+        papo_advantages(torch.ones(6), torch.ones(6), 4)
+
+
+def test_papo_group_stats():
+    # Group 1: all correct, scores [1, 0] → A = ±.5/(sqrt(.5)+ε), active. Group 2: all incorrect → A = 0.
+    # Group 3: [1, 0], one correct → A_out = ±.5/(sqrt(.5)+ε), inactive.
+    outcome = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    process = torch.tensor([1.0, 0.0, NAN, NAN, NAN, NAN])
+    stats = papo_group_stats(outcome, process, 2)
+    s = math.sqrt(0.5) + EPS
+    assert stats.zero_advantage_fraction == pytest.approx(2 / 6)
+    assert stats.proc_active_fraction == pytest.approx(1 / 3)
+    assert stats.correct_min_advantage == pytest.approx(-0.5 / s, abs=1e-6)
+    assert stats.correct_fraction == pytest.approx(0.5)
+    assert stats.process_missing_fraction == pytest.approx(1 / 3)  # row 4 is correct but unjudged
+    assert set(stats.to_dict()) >= {"papo/zero_advantage_fraction", "papo/correct_min_advantage"}
+    assert math.isnan(papo_group_stats(torch.zeros(2), torch.full((2,), NAN), 2).correct_min_advantage)
