@@ -270,9 +270,9 @@ def papo_components(outcome, process, group_size: int, process_norm: str = "corr
     scored = correct & ~torch.isnan(process)
     if process_norm == "correct_subset":
         # PAPO §4.1 step 2: statistics over C only; 0 for incorrect rows; whole group 0 when |C| < 2.
-        a_proc = group_normalize(torch.where(scored, process, torch.where(correct, nan, torch.zeros_like(process))), group_size, scale=True, eps=eps)
+        a_proc = group_normalize(torch.where(scored, process, nan), group_size, scale=True, eps=eps)
         enough = scored.view(-1, group_size).sum(dim=1, keepdim=True) >= 2
-        a_proc = a_proc.view(-1, group_size)
+        a_proc = torch.where(enough, a_proc.view(-1, group_size), torch.zeros_like(a_proc.view(-1, group_size)))
         a_proc = a_proc.reshape(-1)
     else:
         # Fullnorm (PAPO §6): incorrect rows enter with r_proc = 0, normalised over the whole group.

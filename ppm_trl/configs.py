@@ -163,6 +163,10 @@ class PAPOConfig(GRPOConfig, JudgeArguments):
         metadata={"help": "`programmatic` (env point fraction, no LLM) or `judge` (LiteLLM rubric, PAPO A.3)."},
     )
     papo_epsilon: float = field(default=1e-6, metadata={"help": "ε in the advantage denominators."})
+    correct_threshold: float = field(
+        default=1.0,
+        metadata={"help": "A response is correct (r_out = 1) when its weighted outcome reward is ≥ this value."},
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -202,7 +206,8 @@ class ARGConfig(GRPOConfig):
         },
     )
     surprisal_weighting: bool = field(
-        default=True, metadata={"help": "Selector feedback W = 1{accepted}·S_t/S_0 (off: the indicator alone)."}
+        default=True,
+        metadata={"help": "Selector feedback W = 1{correct and ≠ reference}·S_t/S_0 (eq. 7); off: the indicator."},
     )
     format_reward_weight: float = field(default=0.2, metadata={"help": "Reward = accuracy + this·format."})
     arg_skip_invalid_references: bool = field(
@@ -210,6 +215,13 @@ class ARGConfig(GRPOConfig):
         metadata={"help": "Skip rows whose reference is missing/empty/unboxed (counted) instead of raising."},
     )
     arg_seed: int = field(default=0, metadata={"help": "Seed of the selector's sampler."})
+    arg_min_continuation_tokens: int = field(
+        default=16,
+        metadata={"help": "A prefix leaves at least this many tokens of the budget to the continuation."},
+    )
+    arg_answer_marker: str = field(
+        default="\\boxed", metadata={"help": "The final-answer marker a prefix must leave in the suffix (App. E.2)."}
+    )
     # Paper defaults where they differ from TRL's.
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip: ratio ≥ 0.8 (paper eq. 29)."})
     epsilon_high: float | None = field(default=0.3, metadata={"help": "Upper clip: ratio ≤ 1.3 (paper eq. 29)."})

@@ -75,7 +75,7 @@ class ReasoningGraph:
         for index, rule in enumerate(self.rules):
             where = f"rule {index} {rule!r}"
             if isinstance(rule, (str, Mapping)) or not isinstance(rule, Sequence) or len(rule) != 2:
-                raise ValueError(f"{where}: expected a pair (if_all, makes_obsolete)")
+                raise ValueError(f"{where}: expected a pair (if_all, makes_obsolete); dict records go through from_records")
             if_all = _item_list(rule[0], f"{where} if_all")
             obsolete = _item_list(rule[1], f"{where} makes_obsolete")
             where = f"rule {index} (if_all={list(if_all)}, makes_obsolete={list(obsolete)})"

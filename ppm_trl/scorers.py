@@ -93,7 +93,7 @@ class ProgressScorer:
         keys: dict[tuple[int, str], int] = {}
         requests: list[tuple[dict[str, Any], str]] = []
         plan: list[list[int | None]] = []
-        for i, (row, row_texts) in enumerate(zip(rows, texts)):
+        for row, row_texts in zip(rows, texts):
             row_plan, previous = [], None
             for text in row_texts:
                 if not text.strip():

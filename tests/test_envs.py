@@ -154,16 +154,18 @@ COUNTDOWN_SOLUTION = "P1: (5-3)*2*6 = 24\nP2: 8*3-2-1 = 21\nP3: 5*(5-1/5) = 24\n
     (COUNTDOWN_SOLUTION, {1, 2, 3, 4}),  # 5*(5-1/5) needs exact rational arithmetic
     ("P3: 5*(5-1/5) = 24\nP1: (5-3)*2*6 = 24\nP2: 8×3-2-1 = 21\n\\boxed{24,21,24}", {1, 2, 3, 4}),
     ("P1: (5-3)*2*6 = 24\nP2: 8*3-2+1 = 21\nP3: 5*(5-1/5) = 24\n\\boxed{24, 21, 24}", {1, 3}),  # P2 is 23
-    ("P1: (5-3)*2*6 = 24\nP2: 8*3-3 = 21", {1}),  # 3 used twice, 2 and 1 unused
-    ("P1: (5-3)*2*6 = 25", set()),  # states the wrong target
-    ("P1: 5+3+2+6 = 24", set()),  # evaluates to 16
-    ("P1: 5+3+2+6 = 16\nP1: (5-3)*2*6 = 24", set()),  # the first well-formed P1 line is the answer
-    ("P1: let me think\nP1: five = 24\nP1: (5-3)*2*6 = 24", {1}),  # unparseable lines are not answers
-    ("P1: (5-3)*2*6 = 24\nP2: 8*3-2-1 = 21\nP3: 5*(5-1/5) = 24", {1, 2, 3}),  # no final box
+    ("P1: (5-3)*2*6 = 24\nP2: 8*3-3 = 21\n", {1}),  # 3 used twice, 2 and 1 unused
+    ("P1: (5-3)*2*6 = 25\n", set()),  # states the wrong target
+    ("P1: 5+3+2+6 = 24\n", set()),  # evaluates to 16
+    ("P1: 5+3+2+6 = 16\nP1: (5-3)*2*6 = 24\n", set()),  # the first well-formed P1 line is the answer
+    ("P1: let me think\nP1: five = 24\nP1: (5-3)*2*6 = 24\n", {1}),  # unparseable lines are not answers
+    ("P1: (5-3)*2*6 = 24\nP2: 8*3-2-1 = 21\nP3: 5*(5-1/5) = 24\n", {1, 2, 3}),  # no final box
+    ("P1: (5-3)*2*6 = 24\nP2: 8*3-2-1 = 21\nP3: 5*(5-1/5) = 24", {1, 2}),  # P3's line is not finished
+    ("P1: (5-3)*2*6 = 24\r\nP2: 8*3-2-1 = 21\r\n", {1, 2}),
     ("P1: (5-3)*2*6 = 24\nP2: 8*3-2-1 = 21\nP3: 5*(5-1/5) = 24\n\\boxed{21, 24, 24}", {1, 2, 3}),  # order
     ("\\boxed{24, 21, 24}", set()),  # the final answer alone does not solve anything
-    ("P4: (5-3)*2*6 = 24\nP0: 1 = 1", set()),  # labels outside 1..n
-    ("P1: (5-3)*2*6 = 2", set()),  # a prefix of the line
+    ("P4: (5-3)*2*6 = 24\nP0: 1 = 1\n", set()),  # labels outside 1..n
+    ("P1: (5-3)*2*6 = 24", set()),  # a prefix of `= 240`: unfinished lines never count
 ])
 def test_countdown_hand_cases(text, points):
     env, row = MultiCountdownEnv(), _countdown_row()
@@ -188,15 +190,16 @@ def _matrix_row():
 
 @pytest.mark.parametrize("text, points", [
     ("M1: [[3,1],[4,2]]\nM2: [[4,2],[5,3]]\nM3: [[4,5],[2,3]]\n\\boxed{[[4,5],[2,3]]}", {1, 2, 3}),
-    ("M1: [[3, 1], [4, 2]]\nM2: [[4,2],[5,3]]", {1, 2}),  # spaces are fine
-    ("M1: [[3,1],[4,2]]\nM2: [[4,2],[5,4]]\nM3: [[4,5],[2,3]]", {1, 3}),  # a wrong middle step
+    ("M1: [[3, 1], [4, 2]]\nM2: [[4,2],[5,3]]\n", {1, 2}),  # spaces are fine
+    ("M1: [[3,1],[4,2]]\nM2: [[4,2],[5,3]]", {1}),  # M2's line is not finished
+    ("M1: [[3,1],[4,2]]\nM2: [[4,2],[5,4]]\nM3: [[4,5],[2,3]]\n", {1, 3}),  # a wrong middle step
     ("\\boxed{[[4,5],[2,3]]}", {3}),  # the outcome alone reaches the goal (closure does the rest)
     ("M3: [[4,5],[2,3]]\n\\boxed{[[4,5],[2,4]]}", {3}),
-    ("M1: 3 1 | 4 2", set()),  # not the [[..],[..]] format
-    ("M1: [[9,9],[9,9]]\nM1: [[3,1],[4,2]]", set()),  # first well-formed M1 line counts
-    ("M1: [[3,1],[4,2]] and more", set()),
-    ("M1: [[3,1],[4,2]", set()),  # an unclosed prefix
-    ("M2: [[3,1],[4,2]]", set()),  # right matrix, wrong step
+    ("M1: 3 1 | 4 2\n", set()),  # not the [[..],[..]] format
+    ("M1: [[9,9],[9,9]]\nM1: [[3,1],[4,2]]\n", set()),  # first well-formed M1 line counts
+    ("M1: [[3,1],[4,2]] and more\n", set()),
+    ("M1: [[3,1],[4,2]\n", set()),  # unclosed
+    ("M2: [[3,1],[4,2]]\n", set()),  # right matrix, wrong step
 ])
 def test_matrix_hand_cases(text, points):
     env, row = MatrixEnv(), _matrix_row()
@@ -244,15 +247,15 @@ def _chain_row():
 
 @pytest.mark.parametrize("text, points", [
     ("figs = 4 + 3 = 7\nplums = 7 * 2 = 14\nhats = 7 + 14 = 21\n\\boxed{21}", {1, 2, 3}),
-    ("Figs = 7\nplums = 14.", {1, 2}),
-    ("figs = 4 + 3\nfigs = 7", {1}),  # a line without a value states nothing
-    ("figs = 8\nfigs = 7", set()),  # the first statement counts
-    ("plums = 7 * 2 = 15\nhats = 21", {3}),
+    ("Figs = 7\nplums = 14.\n", {1, 2}),
+    ("figs = 4 + 3\nfigs = 7\n", {1}),  # a line without a value states nothing
+    ("figs = 8\nfigs = 7\n", set()),  # the first statement counts
+    ("plums = 7 * 2 = 15\nhats = 21\n", {3}),
     ("\\boxed{21}", {3}),
     ("\\boxed{21.0}", {3}),
     ("hats = 21\n\\boxed{20}", {3}),
-    ("pears = 4\nthe figs = 7\nfigs: 7", set()),  # unknown names and other formats
-    ("figs = 4 + 3 = 7\nplums = 7 * 2 = 1", {1}),  # a prefix of the line
+    ("pears = 4\nthe figs = 7\nfigs: 7\n", set()),  # unknown names and other formats
+    ("figs = 4 + 3 = 7\nplums = 7 * 2 = 14", {1}),  # plums' line is not finished (could go on to 140)
 ])
 def test_chain_hand_cases(text, points):
     env, row = ChainEnv(), _chain_row()
@@ -283,6 +286,20 @@ def test_matchers_never_raise(name, data):
     assert reached <= set(range(1, _num_points(row) + 1))
     assert isinstance(env.verify(row, text), bool)
     assert env.verify(row, text) <= (_num_points(row) in reached)  # the outcome implies the goal point
+
+
+@pytest.mark.parametrize("name", CORE)
+@settings(max_examples=60, deadline=None, database=None)
+@given(data=st.data())
+def test_points_other_than_the_goal_grow_with_any_prefix(name, data):
+    """Complete lines only count, so even garbage cannot lose a point it once had (only the last box can change)."""
+    text = data.draw(st.one_of(_NEAR_FORMAT, _mutated_reference(name)))
+    env, row = get_env(name), _FUZZ_ROWS[name]
+    goal, previous = {_num_points(row)}, set()
+    for end in range(0, len(text) + 1, max(1, len(text) // 25)):
+        reached = env.match_points(row, text[:end])
+        assert previous - goal <= reached
+        previous = reached
 
 
 @settings(max_examples=300, deadline=None, database=None)

@@ -122,7 +122,7 @@ def test_env_rewards_dispatch_on_the_env_column():
     matrix_row, countdown_row = rows[0], rows[2]
     texts = [
         matrix_row["reference"],  # full solution
-        "\n".join(matrix_row["reference"].splitlines()[:1]),  # only M1
+        matrix_row["reference"].splitlines()[0] + "\n",  # only M1
         countdown_row["reference"],
         "garbage \\boxed{1}",
     ]

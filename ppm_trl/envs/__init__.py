@@ -156,15 +156,18 @@ def load_task(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def first_statements(text: str, parse_line) -> dict[Any, Any]:
-    """{label: value} from the FIRST well-formed line per label; later restatements are ignored.
+    """{label: value} from the FIRST well-formed complete line per label; later restatements are ignored.
 
-    `parse_line(line) -> (label, value) | None`. Taking the first line stops a policy from collecting a point by
-    listing many candidate answers; the line a prefix ends in is parsed as it stands (prefix semantics).
+    `parse_line(line) -> (label, value) | None`. Only lines ended by a newline count: a prefix cut inside
+    `x = 17` must not collect `x = 1` (the trainer keeps the best progress seen, so a transient match would
+    stick), and with it the statements of any text only grow with its prefixes. Taking the first line stops a
+    policy from collecting a point by listing many candidate answers.
     """
     found: dict[Any, Any] = {}
-    for line in text.splitlines():
+    for line in text.split("\n")[:-1]:
         if len(line) > 2000:  # nothing we generate is this long; bounds the parsers' work on garbage
             continue
+        line = line.rstrip("\r")
         parsed = parse_line(line)
         if parsed is not None and parsed[0] not in found:
             found[parsed[0]] = parsed[1]

@@ -10,9 +10,9 @@ Line format (one line per derived quantity, then the answer):
     \\boxed{14}
 
 Point k = the k-th derived quantity (in the reference's order), reached when the FIRST line stating it,
-`name = ... = <integer>` (or `name = <integer>`), has the right value; the last point is the asked quantity
-and is also reached by a correct final `\\boxed{}` (the outcome). Graph: reaching a quantity obsoletes its
-derived premises (given quantities are not points).
+`name = ... = <integer>` or `name = <integer>`, ended by a newline, has the right value; the last point is the
+asked quantity and is also reached by a correct final `\\boxed{}` (the outcome). Graph: reaching a quantity
+obsoletes its derived premises (given quantities are not points).
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ a small integer matrix. Line format (one line per operation, then the final answ
     M2: [[4,9],[8,3],[12,4]]
     \\boxed{[[4,9],[8,3],[12,4]]}
 
-Point k = the FIRST well-formed `Mk: [[...],[...]]` line equals the matrix after operation k; the last point is
-also reached by a correct final `\\boxed{}` (the outcome). Each operation needs the previous result, so the
-graph is a chain: point k makes 1..k-1 obsolete. Operations that would leave the matrix unchanged are
-redrawn, so every point is a new matrix.
+Point k = the FIRST well-formed `Mk: [[...],[...]]` line (ended by a newline) equals the matrix after
+operation k; the last point is also reached by a correct final `\\boxed{}` (the outcome). Each operation
+needs the previous result, so the graph is a chain: point k makes 1..k-1 obsolete. Operations that would
+leave the matrix unchanged are redrawn, so every point is a new matrix.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Line format (one line per problem, then the final answer):
     P2: 8*3-2-1 = 21
     \\boxed{12, 21}
 
-Points: k = 1..n is "problem k solved": the FIRST well-formed `Pk: <expression> = <integer>` line (one whose
-expression parses) uses each of problem k's numbers exactly once (+ - * / and parentheses; exact rational
+Points: k = 1..n is "problem k solved": the FIRST well-formed `Pk: <expression> = <integer>` line (ended by a
+newline, its expression parses) uses each of problem k's numbers exactly once (+ - * / and parentheses; exact rational
 arithmetic), evaluates to the target and states it. Point n + 1 is the final answer: every problem solved and
 the last `\\boxed{}` lists the targets in order. The outcome (`verify`) is point n + 1. The points are
 independent (the paper's best-case SNR), so only the goal obsoletes the rest. Expressions are parsed by a small

@@ -1,0 +1,109 @@
+"""PAPOTrainer: GRPO with decoupled outcome and correct-subset process advantages (PAPO paper §4, §6, A.3).
+
+A thin adapter (DESIGN.md): TRL generates and scores the outcome; this class
+1. in `_calculate_rewards` asks the process scorer (rubric judge or programmatic) about this process's CORRECT
+   responses only — incorrect responses cost zero judge calls — and gathers the (B,) process scores (NaN = not
+   judged or unscorable);
+2. in `_generate_and_score_completions` replaces TRL's (B,) advantages with `papo_advantages` computed per group
+   on the gathered batch and sliced to this process. The advantages stay 1-D, so every TRL `loss_type` and
+   sequence-level importance sampling (GSPO) work unchanged.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import torch
+from trl import GRPOTrainer
+
+from ..advantages import papo_advantages, papo_group_stats
+from ..configs import PAPOConfig
+from ..scorers import build_process_scorer
+from .common import (
+    check_columns,
+    completion_text,
+    log_metric,
+    process_slice,
+    replace_logged_advantages,
+    weighted_outcome,
+)
+
+
+class PAPOTrainer(GRPOTrainer):
+    """GRPO whose advantage is A_out + λ·A_proc, A_proc normalised over the correct responses only (PAPO §4.1).
+
+    Args:
+        process_scorer: a callable `(rows, texts) -> list[float | None]` scoring correct responses in [0, 1];
+            default: built from `args.process_scorer` (`programmatic` point fraction, or the LiteLLM rubric `judge`).
+        Everything else is `GRPOTrainer`'s. With the judge scorer the dataset needs a `reference` column.
+    """
+
+    _tag_names = ["trl", "grpo", "papo", "ppm-trl"]
+    _name = "PAPO"
+    _paper = {
+        "title": "PAPO: Stabilizing Rubric Integration Training via Decoupled Advantage Normalization",
+        "id": None,
+        "citation": textwrap.dedent(
+            """\
+            @article{papo2026,
+                title        = {{PAPO: Stabilizing Rubric Integration Training via Decoupled Advantage Normalization}},
+                year         = 2026
+            }"""
+        ),
+    }
+
+    def __init__(self, model, reward_funcs, args: PAPOConfig | None = None, train_dataset=None,
+                 process_scorer=None, **kwargs):
+        if not isinstance(args, PAPOConfig):
+            raise TypeError(f"PAPOTrainer needs a PAPOConfig, got {type(args).__name__}")
+        if process_scorer is None and args.process_scorer == "judge":
+            check_columns(train_dataset, {"reference": "str"}, "PAPO (judge scorer)")
+        elif process_scorer is None:
+            check_columns(train_dataset, {"reasoning_points": "list", "env": "any"}, "PAPO (programmatic scorer)")
+        self.process_scorer = process_scorer if process_scorer is not None else build_process_scorer(args)
+        self._papo_process = None
+        self._papo_stats_seen = {}
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._papo_process = None
+        if not self.model.training:
+            return rewards_per_func
+        outcome = weighted_outcome(rewards_per_func, self.reward_weights)
+        self._papo_outcome = torch.where(torch.isnan(outcome), outcome, (outcome >= self.args.correct_threshold).to(outcome.dtype))
+        local_correct = (self._papo_outcome[process_slice(self, len(prompts))] == 1).tolist()
+        judged = [i for i, ok in enumerate(local_correct) if ok]
+        process = torch.full((len(prompts),), float("nan"), device=self.accelerator.device)
+        if judged:
+            scores = self.process_scorer([inputs[i] for i in judged], [completion_text(completions[i]) for i in judged])
+            if len(scores) != len(judged):
+                raise ValueError(f"process scorer returned {len(scores)} scores for {len(judged)} responses")
+            for i, score in zip(judged, scores):
+                if score is not None and not 0.0 <= float(score) <= 1.0:
+                    raise ValueError(f"process scorer returned {score!r} for row {i}; scores must lie in [0, 1]")
+                process[i] = float("nan") if score is None else float(score)
+        self._papo_process = self.accelerator.gather(process)
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self._papo_process is None:  # eval: plain GRPO advantages
+            return output
+        args = self.args
+        kwargs = dict(lam=args.process_weight, process_norm=args.process_norm, combine=args.combine,
+                      eps=args.papo_epsilon)
+        advantages = papo_advantages(self._papo_outcome, self._papo_process, self.num_generations, **kwargs)
+        output["advantages"] = advantages[process_slice(self, output["completion_ids"].shape[0])].to(
+            output["completion_ids"].device)
+        replace_logged_advantages(self, advantages)
+        stats = papo_group_stats(self._papo_outcome, self._papo_process, self.num_generations, **kwargs)
+        for name, value in stats.to_dict().items():
+            log_metric(self, name, value)
+        counters = dict(getattr(self.process_scorer, "stats", {}))
+        for key in ("requests", "failures"):
+            total = self.accelerator.gather(torch.tensor(
+                float(counters.get(key, 0) - self._papo_stats_seen.get(key, 0)), device=self.accelerator.device))
+            log_metric(self, f"papo/judge_{key}", total.sum().item())
+        self._papo_stats_seen = counters
+        return output
