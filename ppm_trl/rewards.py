@@ -21,42 +21,10 @@ import re
 import threading
 from typing import Any
 
+from .text import completion_text  # noqa: F401  (part of this module's API)
+
 _BOXED = re.compile(r"\\boxed\s*\{")
 _WHITESPACE = re.compile(r"\s+")
-
-
-def completion_text(completion: Any) -> str:
-    """The text of one completion: a plain string, one message dict, or a list of messages.
-
-    For a message list (TRL's conversational format, possibly multi-turn) the assistant messages are joined with
-    newlines; content given as a list of parts (`{"type": "text", "text": ...}`) is concatenated.
-    """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        completion = [completion]
-    if isinstance(completion, (list, tuple)):
-        texts = []
-        for message in completion:
-            if not isinstance(message, dict):
-                raise TypeError(f"a conversational completion must be a list of message dicts, got item {message!r}")
-            if message.get("role", "assistant") != "assistant":
-                continue
-            texts.append(_content_text(message.get("content")))
-        return "\n".join(texts)
-    raise TypeError(
-        f"a completion must be a string or a list of messages ({{'role', 'content'}}), got {type(completion).__name__}"
-    )
-
-
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
-    return str(content)
 
 
 def last_boxed(text: str) -> str | None:
@@ -117,7 +85,7 @@ def _as_boxed(answer: str) -> str:
 def accuracy_reward(completions: list, answer: list[str] | None = None, **kwargs) -> list[float | None]:
     """1.0 when the last `\\boxed{}` equals the gold `answer`, else 0.0; None when the gold cannot be parsed.
 
-    Equal strings up to whitespace score 1.0 without parsing; otherwise both sides go through math-verify
+    A box equal to the gold up to whitespace scores 1.0 without parsing (even an unparseable gold); otherwise both sides go through math-verify
     (`verify(gold, pred)`, gold first), so `\\boxed{1/2}` matches a gold `0.5`. A completion without a closed
     box scores 0.0. The synthetic envs' structured answers (matrices, target lists) are not math expressions:
     score those with `env_outcome_reward`.

@@ -18,7 +18,34 @@ def problem_text(row: dict[str, Any]) -> str:
 
 
 def completion_text(completion: Any) -> str:
-    """Text of a TRL completion: a plain string, or the assistant messages of a conversational completion."""
+    """The text of one completion: a plain string, one message dict, or a list of messages.
+
+    For a message list (TRL's conversational format, possibly multi-turn) the assistant messages are joined with
+    newlines; content given as a list of parts (`{"type": "text", "text": ...}`) is concatenated.
+    """
     if isinstance(completion, str):
         return completion
-    return "".join(m["content"] for m in completion if m.get("role") == "assistant" and isinstance(m["content"], str))
+    if isinstance(completion, dict):
+        completion = [completion]
+    if isinstance(completion, (list, tuple)):
+        texts = []
+        for message in completion:
+            if not isinstance(message, dict):
+                raise TypeError(f"a conversational completion must be a list of message dicts, got item {message!r}")
+            if message.get("role", "assistant") != "assistant":
+                continue
+            texts.append(_content_text(message.get("content")))
+        return "\n".join(texts)
+    raise TypeError(
+        f"a completion must be a string or a list of messages ({{'role', 'content'}}), got {type(completion).__name__}"
+    )
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+    return str(content)

@@ -1,6 +1,6 @@
 """Multi-Add: n independent additions in one response — the CPU-sized stand-in for Multi-Countdown (PPM §5.1).
 
-Prompt: the n pairs (`3+5, 2+7, 4+4`). Reference: each sub-problem restated next to its answer, one line each,
+Prompt: the n pairs (`Add: 3+5, 2+7, 4+4`). Reference: each sub-problem restated next to its answer, one line each,
 then the sums in a box:
 
     3+5=8
@@ -65,10 +65,8 @@ class MultiAddEnv(SyntheticEnv):
         pairs = [(rng.randint(0, self.max_operand), rng.randint(0, self.max_operand)) for _ in range(n)]
         sums = [a + b for a, b in pairs]
         answer = ",".join(map(str, sums))
-        user_text = (
-            f"Add each pair. Write one line `a+b=sum` per pair, then \\boxed{{sum1,sum2,...}}.\n"
-            + ", ".join(f"{a}+{b}" for a, b in pairs)
-        )
+        # Short on purpose: every prompt byte is a token the tiny CPU model attends over at every step.
+        user_text = "Add: " + ", ".join(f"{a}+{b}" for a, b in pairs)
         lines = [_format_line(a, b) for a, b in pairs]
         reference = "\n".join(lines + [f"\\boxed{{{answer}}}"])
         points = [f"Sub-problem {k}: {line}" for k, line in enumerate(lines, start=1)]

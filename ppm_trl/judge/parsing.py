@@ -163,3 +163,30 @@ def parse_process_verdict(text: str) -> bool | None:
         return None
     verdicts = _CONCLUSION.findall(text)
     return None if not verdicts else verdicts[-1].lower() == "correct"
+
+
+_ANSWER_TAG = re.compile(r"<\s*answer\s*>(.*?)<\s*/\s*answer\s*>", re.IGNORECASE | re.DOTALL)
+
+
+def final_answer_of(reference: str) -> str | None:
+    """The final answer a reference solution states: its last `\\boxed{}`, else its last `<answer>…</answer>`."""
+    if not isinstance(reference, str):
+        return None
+    boxes = _boxed_contents(reference)
+    if boxes and boxes[-1].strip():
+        return boxes[-1].strip()
+    tags = _ANSWER_TAG.findall(reference)
+    return tags[-1].strip() if tags and tags[-1].strip() else None
+
+
+def normalize_answer(text: str) -> str:
+    """Loose LaTeX normal form for containment checks: no spaces, `$`, `\\left`/`\\right`, thin spaces."""
+    text = re.sub(r"\\(?:left|right|displaystyle|,|!|;|:)", "", str(text))
+    text = re.sub(r"\\[dt]frac", r"\\frac", text)
+    return re.sub(r"[\s$]", "", text).rstrip(".").lower()
+
+
+def answer_in_text(answer: str, text: str) -> bool:
+    """Whether `text` (e.g. the last reasoning point) states `answer` (normalised containment)."""
+    needle = normalize_answer(answer)
+    return bool(needle) and needle in normalize_answer(text)

@@ -1,0 +1,271 @@
+"""`make demo`: segment-level PPM vs plain GRPO on a long-horizon task, on CPU, in minutes.
+
+1. Build the tiny model offline and warm-start it by SFT on `multi_add` references (`ppm_trl.warmstart`, cached).
+2. Measure the warm start's all-correct rate per horizon and pick the cliff: the smallest n where it is ≤ 3%
+   (sparse outcome rewards are then rare: about one success per batch, PPM paper §5.1, Theorem 5.1).
+3. Train `PPMGRPOTrainer` (segment-level) and plain `GRPOTrainer` (sparse outcome) from the same warm start
+   with the same samples, learning rate and seed; evaluate sampled success on held-out prompts as they train.
+4. Print before/after, write `success_vs_samples.png`, `results.json` and the PPM checkpoint (`ppm_model/`,
+   loadable with `from_pretrained`) under `--output-dir`.
+
+`train_variant` is the one training routine the benchmarks (`benchmarks/horizon_scaling.py`) reuse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+from .warmstart import WarmStartSettings, completion_budget, evaluate_policy, load_policy, warm_start
+
+VARIANTS = ("sparse", "trajectory", "segment", "papo", "arg")
+VARIANT_LABELS = {
+    "sparse": "GRPO (sparse outcome)",
+    "trajectory": "PPM trajectory-level",
+    "segment": "PPM segment-level",
+    "papo": "PAPO (programmatic process score)",
+    "arg": "ARG (reference guidance)",
+}
+
+
+@dataclass
+class RunSpec:
+    """One RL run from the warm start: which estimator, which horizon, how many samples."""
+
+    variant: str = field(default="segment", metadata={"help": f"One of {VARIANTS}."})
+    n: int = field(default=8, metadata={"help": "Task horizon (number of sub-problems)."})
+    learning_rate: float = field(default=1e-4, metadata={"help": "Adam learning rate (constant)."})
+    max_steps: int = field(default=60, metadata={"help": "Optimizer steps; samples = steps·prompts·G."})
+    prompts_per_step: int = field(default=8, metadata={"help": "Distinct prompts per step."})
+    num_generations: int = field(default=8, metadata={"help": "G, samples per prompt."})
+    num_segments: int | None = field(default=None, metadata={"help": "PPM K; default n (one chunk per line)."})
+    eval_every: int = field(default=10, metadata={"help": "Evaluate every this many steps."})
+    seed: int = field(default=0, metadata={"help": "Seed of the RL run (sampling, data order)."})
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.n < 1 or self.max_steps < 1 or self.eval_every < 1:
+            raise ValueError(f"n, max_steps and eval_every must be >= 1, got {self.n}, {self.max_steps}, "
+                             f"{self.eval_every}")
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
+
+def _common_args(spec: RunSpec, output_dir: str, budget: int, progress: bool) -> dict:
+    # Identical for every variant: one on-policy update per batch, temperature 1, constant lr, fp32 on CPU.
+    return dict(
+        output_dir=output_dir, learning_rate=spec.learning_rate, max_steps=spec.max_steps,
+        per_device_train_batch_size=spec.samples_per_step, num_generations=spec.num_generations,
+        steps_per_generation=1, num_iterations=1, max_completion_length=budget, temperature=1.0,
+        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0,
+        epsilon_high=0.28, loss_type="dapo", mask_truncated_completions=True, seed=spec.seed,
+        use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none", save_strategy="no",
+        logging_steps=spec.max_steps + 1, disable_tqdm=not progress, dataloader_num_workers=0,
+    )
+
+
+def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: str, budget: int,
+                  progress: bool = False):
+    """The trainer of `spec.variant`; all share `_common_args` and the outcome reward (the env's verifier)."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from .configs import PPMConfig
+    from .rewards import env_outcome_reward, env_point_fraction
+    from .trainers.ppm import PPMGRPOTrainer
+
+    common = _common_args(spec, output_dir, budget, progress)
+    kwargs = dict(model=model, reward_funcs=[env_outcome_reward], train_dataset=train_dataset,
+                  processing_class=tokenizer)
+    if spec.variant == "sparse":
+        return GRPOTrainer(args=GRPOConfig(**common, scale_rewards="group"), **kwargs)
+    if spec.variant in ("trajectory", "segment"):
+        args = PPMConfig(**common, granularity=spec.variant, num_segments=spec.num_segments or spec.n,
+                         add_outcome_reward=True, scale_rewards="none", filter_zero_advantage_groups=True)
+        return PPMGRPOTrainer(args=args, **kwargs)
+    if spec.variant == "papo":
+        from .configs import PAPOConfig
+        from .trainers.papo import PAPOTrainer
+
+        del env_point_fraction  # the programmatic process scorer is PAPOConfig's default
+        return PAPOTrainer(args=PAPOConfig(**common, process_scorer="programmatic"), **kwargs)
+    from .configs import ARGConfig
+    from .trainers.arg import ARGTrainer
+
+    arg_common = {**common, "lr_scheduler_type": "constant", "warmup_steps": 0, "weight_decay": 0.0}
+    return ARGTrainer(args=ARGConfig(**arg_common), **kwargs)
+
+
+def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history: list, progress_bar):
+    from transformers import TrainerCallback
+
+    class SuccessCallback(TrainerCallback):
+        """Sampled success on the held-out prompts every `eval_every` steps (same seed each time)."""
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if progress_bar is not None:
+                progress_bar.update(1)
+            if state.global_step % spec.eval_every == 0 or state.global_step == spec.max_steps:
+                record(model, state.global_step)
+
+    def record(model, step: int):
+        metrics = evaluate_policy(model, tokenizer, eval_dataset, budget, seed=1234)
+        history.append({"step": step, "samples": step * spec.samples_per_step, **metrics})
+        if progress_bar is not None:
+            progress_bar.set_postfix(all_correct=f"{metrics['all_correct']:.3f}",
+                                     per_sub=f"{metrics['per_subproblem']:.3f}")
+
+    return SuccessCallback(), record
+
+
+def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str, train_size: int = 2000,
+                  progress: bool = True, save_model: bool = False) -> dict:
+    """Train `spec` from the checkpoint at `model_path`; return its success history (samples → rates).
+
+    The initial evaluation (step 0) is included. With `save_model`, the trained policy is saved to
+    `output_dir/model` (loadable with `from_pretrained`).
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from .envs import make_dataset
+
+    torch.manual_seed(spec.seed)
+    env = eval_dataset[0]["env"]
+    model, tokenizer = load_policy(model_path)
+    budget = completion_budget(env, spec.n)
+    train_dataset = make_dataset(env, spec.n, train_size, seed=50_000 + spec.seed)
+    history: list[dict] = []
+    bar = tqdm(total=spec.max_steps, desc=f"{spec.variant:>10} n={spec.n}", disable=not progress)
+    callback, record = _eval_callback(tokenizer, eval_dataset, budget, spec, history, bar)
+    record(model, 0)
+    trainer = build_trainer(spec, model, tokenizer, train_dataset, output_dir, budget)
+    trainer.add_callback(callback)
+    start = time.time()
+    trainer.train()
+    bar.close()
+    result = {"spec": asdict(spec), "history": history, "train_seconds": time.time() - start}
+    if save_model:
+        trainer.model.save_pretrained(os.path.join(output_dir, "model"))
+        tokenizer.save_pretrained(os.path.join(output_dir, "model"))
+        result["model_dir"] = os.path.join(output_dir, "model")
+    return result
+
+
+def find_cliff(model_path: str, env: str, horizons, eval_size: int, threshold: float = 0.03) -> tuple[int, dict]:
+    """(smallest n whose sampled all-correct rate is ≤ threshold, {n: metrics}) for the warm start."""
+    model, tokenizer = load_policy(model_path)
+    from .envs import make_dataset
+
+    rates = {}
+    for n in horizons:
+        rates[n] = evaluate_policy(model, tokenizer, make_dataset(env, n, eval_size, seed=7_000 + n),
+                                   completion_budget(env, n), seed=99)
+        print(f"  warm start, n={n:>2}: all-correct {rates[n]['all_correct']:.3f}, "
+              f"per-sub-problem {rates[n]['per_subproblem']:.3f}", flush=True)
+        if rates[n]["all_correct"] <= threshold:
+            return n, rates
+    return max(horizons), rates
+
+
+def plot_histories(results: list[dict], path: str, title: str) -> None:
+    """Success vs training samples, one line per run (matplotlib, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for result in results:
+        variant = result["spec"]["variant"]
+        samples = [h["samples"] for h in result["history"]]
+        for ax, key in zip(axes, ("all_correct", "per_subproblem")):
+            ax.plot(samples, [h[key] for h in result["history"]], marker="o", label=VARIANT_LABELS[variant])
+    for ax, label in zip(axes, ("all-correct success (sampled, T=1)", "per-sub-problem accuracy")):
+        ax.set_xlabel("training samples")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--output-dir", default="outputs/demo")
+    parser.add_argument("--n", type=int, default=None, help="Horizon; default: the warm start's cliff (≤ 3%%).")
+    parser.add_argument("--horizons", type=int, nargs="+", default=[4, 6, 8, 10, 12],
+                        help="Candidate horizons for the cliff search.")
+    parser.add_argument("--steps", type=int, default=60, help="RL steps per trainer (64 samples each).")
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--eval-size", type=int, default=128, help="Held-out prompts per evaluation.")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sft-steps", type=int, default=None, help="Override the warm start's SFT steps.")
+    parser.add_argument("--cache-dir", default=None, help="Warm-start cache root (default ~/.cache/ppm_trl).")
+    parser.add_argument("--quick", action="store_true",
+                        help="Smoke run (seconds): tiny SFT, n=2, 2 RL steps, 8 eval prompts; proves the pipeline only.")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    from .envs import make_dataset
+
+    os.makedirs(args.output_dir, exist_ok=True)
+    settings = WarmStartSettings(seed=args.seed)
+    if args.quick:
+        settings = WarmStartSettings(seed=args.seed, horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8,
+                                     hidden_size=32, num_hidden_layers=1)
+        args.n, args.steps, args.eval_every, args.eval_size = 2, 2, 1, 8
+    if args.sft_steps is not None:
+        settings.max_steps = args.sft_steps
+    t0 = time.time()
+    print(f"[1/4] warm start: SFT of the tiny model on multi_add references (cached) {asdict(settings)}", flush=True)
+    model_path = warm_start(settings, cache_root=args.cache_dir)
+    print(f"      checkpoint: {model_path} ({time.time() - t0:.0f}s)", flush=True)
+
+    print("[2/4] warm-start success by horizon (sampled, T=1)", flush=True)
+    if args.n is None:
+        args.n, base_rates = find_cliff(model_path, "multi_add", args.horizons, args.eval_size)
+    else:
+        base_rates = {}
+    print(f"      training at n={args.n}", flush=True)
+
+    eval_dataset = make_dataset("multi_add", args.n, args.eval_size, seed=90_000 + args.n)
+    results = []
+    print(f"[3/4] RL: {args.steps} steps × 64 samples per trainer, lr {args.learning_rate}", flush=True)
+    for variant in ("segment", "sparse"):
+        spec = RunSpec(variant=variant, n=args.n, learning_rate=args.learning_rate, max_steps=args.steps,
+                       eval_every=args.eval_every, seed=args.seed)
+        results.append(train_variant(model_path, spec, eval_dataset, os.path.join(args.output_dir, variant),
+                                     save_model=variant == "segment"))
+
+    print("[4/4] results (held-out prompts, sampled at T=1)", flush=True)
+    for result in results:
+        first, last = result["history"][0], result["history"][-1]
+        print(f"  {VARIANT_LABELS[result['spec']['variant']]:<24} all-correct {first['all_correct']:.3f} → "
+              f"{last['all_correct']:.3f}   per-sub-problem {first['per_subproblem']:.3f} → "
+              f"{last['per_subproblem']:.3f}   ({last['samples']} samples, {result['train_seconds']:.0f}s)")
+    plot_path = os.path.join(args.output_dir, "success_vs_samples.png")
+    plot_histories(results, plot_path, f"multi_add, n={args.n}: segment-level PPM vs sparse GRPO")
+    ppm_dir = os.path.join(args.output_dir, "ppm_model")
+    os.replace(results[0]["model_dir"], ppm_dir) if not os.path.exists(ppm_dir) else None
+    summary = {"n": args.n, "warm_start": model_path, "base_rates": base_rates, "runs": results,
+               "plot": plot_path, "ppm_model": ppm_dir, "wall_seconds": time.time() - t0}
+    with open(os.path.join(args.output_dir, "results.json"), "w") as handle:
+        json.dump(summary, handle, indent=2)
+    print(f"  plot: {plot_path}\n  PPM checkpoint (from_pretrained): {ppm_dir}\n  total {time.time() - t0:.0f}s")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

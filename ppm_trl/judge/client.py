@@ -1,0 +1,502 @@
+"""`LiteLLMJudge`: a concurrent, cached, retrying LLM-as-a-judge client on `litellm.acompletion`.
+
+Any LiteLLM model string works (`gemini/gemini-2.5-flash-lite`, `openai/gpt-4o-mini`, `hosted_vllm/<name>` with
+`api_base` for a local vLLM/SGLang server). Requests run on a private asyncio loop in a background thread, so the
+synchronous task API (`grade_prefixes`, `score_rubric`, ...) works from inside a TRL training step even when TRL
+runs its own loop in another thread; the `a*` coroutines serve callers that are already async.
+
+Per request: the on-disk cache is consulted first; identical requests in one batch are sent once; at most
+`max_concurrency` attempts are in flight; 429/5xx/timeouts/connection errors are retried with exponential
+back-off and jitter, honouring `Retry-After`; an answer no parser can read is retried too (and never cached).
+LiteLLM's own retries are switched off so the counts in `stats` are exact. When retries run out the item is
+unscorable (None) and counted — never a silent 0.
+
+API keys come from the environment only (the provider's usual variable, or the one named by `api_key_env`);
+they are read when a request is sent and are never stored, logged, shown in `repr` or returned by `config()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import functools
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ppm_trl.judge import parsing, prompts
+from ppm_trl.judge.cache import ResponseCache, request_key
+from ppm_trl.judge.stats import JudgeStats
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Parser = Callable[[str], Any]
+
+# Arguments that look like credentials are refused: keys come from the environment only.
+_CREDENTIAL_ARGUMENT = re.compile(r"key|secret|password|credential|session_token", re.IGNORECASE)
+# Arguments that change where/how a request travels but not the answer: left out of the cache key.
+_TRANSPORT_ARGUMENTS = {"api_base", "base_url", "api_version", "timeout", "num_retries", "max_retries", "extra_headers"}
+_FATAL_STATUS = {401, 403, 404}  # misconfiguration (key, permission, model name): fail loudly, do not retry
+_RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
+
+
+class JudgeConfigurationError(RuntimeError):
+    """The judge cannot work as configured (authentication, permission, unknown model): retrying will not help."""
+
+
+def _import_litellm():
+    import litellm  # lazy: `import ppm_trl.judge` must stay light
+
+    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner per failed attempt
+    return litellm
+
+
+def redact(text: str) -> str:
+    """Replace the value of every credential-looking environment variable (…KEY, …TOKEN, …SECRET) by '***'."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and re.search(r"KEY|TOKEN|SECRET|PASSWORD", name, re.IGNORECASE) and value in text:
+            text = text.replace(value, "***")
+    return text
+
+
+def _retry_after_seconds(error: BaseException) -> float | None:
+    """The server's `retry-after-ms` / `Retry-After` (seconds or HTTP date) header of a failed attempt, if any."""
+    headers = getattr(error, "litellm_response_headers", None) or getattr(getattr(error, "response", None), "headers", None)
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v) for k, v in dict(headers).items()}
+    try:
+        if "retry-after-ms" in lowered:
+            return max(float(lowered["retry-after-ms"]) / 1000.0, 0.0)
+        if "retry-after" in lowered:
+            value = lowered["retry-after"]
+            try:
+                return max(float(value), 0.0)
+            except ValueError:
+                return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+def _classify(error: BaseException) -> str:
+    """'retry' (transient), 'fail' (this item cannot be judged, e.g. 400 context too long) or 'fatal'."""
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+        return "retry"
+    status = getattr(error, "status_code", None)
+    module = type(error).__module__
+    if not module.startswith(("litellm", "openai", "httpx", "aiohttp")):
+        raise error  # a bug, not a judge answer: surface it
+    if isinstance(status, int):
+        if status in _FATAL_STATUS:
+            return "fatal"
+        if status in _RETRY_STATUS or status >= 500:
+            return "retry"
+        return "fail"
+    return "retry"  # connection errors and other transport failures without a status
+
+
+class LiteLLMJudge:
+    """LLM-as-a-judge through LiteLLM with bounded concurrency, retries, an on-disk cache and accounting.
+
+    Args:
+        model: LiteLLM model string, e.g. "gemini/gemini-2.5-flash-lite" (the PPM paper's judge), "openai/gpt-oss-20b".
+        api_base: server URL for self-hosted models ("http://host:8000/v1").
+        max_concurrency: attempts in flight at once.
+        timeout: seconds before an attempt counts as timed out (and is retried).
+        num_retries: extra attempts per request after the first.
+        temperature: judge sampling temperature (0 = deterministic, cache-friendly).
+        cache_dir: directory of the persistent answer cache; None disables caching.
+        api_key_env: name of an environment variable holding the key, when not the provider's default one.
+        backoff_base / backoff_max: exponential back-off (seconds) between attempts, with jitter.
+        retry_unparseable: re-send a request whose answer no parser can read (counts as a retry).
+        **litellm_kwargs: extra `litellm.acompletion` arguments (max_tokens, reasoning_effort, ...); they are part
+            of the cache key. Credentials are refused here — use the environment.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        max_concurrency: int = 64,
+        timeout: float = 60.0,
+        num_retries: int = 4,
+        temperature: float = 0.0,
+        cache_dir: str | os.PathLike | None = None,
+        api_key_env: str | None = None,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        retry_unparseable: bool = True,
+        **litellm_kwargs: Any,
+    ):
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"model must be a LiteLLM model string such as 'openai/gpt-4o-mini', got {model!r}")
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
+        if not timeout or timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        if isinstance(num_retries, bool) or not isinstance(num_retries, int) or num_retries < 0:
+            raise ValueError(f"num_retries must be an integer >= 0, got {num_retries!r}")
+        if backoff_base < 0 or backoff_max < 0:
+            raise ValueError(f"backoff_base and backoff_max must be >= 0, got {backoff_base!r}, {backoff_max!r}")
+        refused = sorted(name for name in litellm_kwargs if _CREDENTIAL_ARGUMENT.search(name))
+        if refused:
+            raise ValueError(
+                f"credential argument(s) {refused} refused: API keys come from the environment only. Set the "
+                "provider's variable (OPENAI_API_KEY, GEMINI_API_KEY, ...) or name one with api_key_env='MY_KEY'."
+            )
+        if api_key_env is not None and not os.environ.get(api_key_env):
+            raise ValueError(f"api_key_env={api_key_env!r} names an environment variable that is not set")
+        for name in ("model", "messages", "temperature", "stream", "n"):
+            if name in litellm_kwargs:
+                raise ValueError(f"litellm argument {name!r} is set by the judge itself; pass it as a judge argument")
+        self.model = model
+        self.api_base = api_base
+        self.max_concurrency = max_concurrency
+        self.timeout = float(timeout)
+        self.num_retries = num_retries
+        self.temperature = float(temperature)
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.api_key_env = api_key_env
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self.retry_unparseable = retry_unparseable
+        self.litellm_kwargs = dict(litellm_kwargs)
+        self._init_runtime()
+
+    def _init_runtime(self) -> None:
+        self.stats = JudgeStats()
+        self._cache = None if self.cache_dir is None else ResponseCache(self.cache_dir)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._loop_lock = threading.Lock()
+        self._rng = random.Random()
+        self._cost_known = True
+        self._cache_params = {"temperature": self.temperature} | {
+            k: v for k, v in self.litellm_kwargs.items() if k not in _TRANSPORT_ARGUMENTS
+        }
+
+    # ------------------------------------------------------------------------------------------ identity
+    def config(self) -> dict[str, Any]:
+        """Settings to save with a checkpoint or model card: everything but credentials (never stored)."""
+        return {
+            "model": self.model,
+            "api_base": self.api_base,
+            "max_concurrency": self.max_concurrency,
+            "timeout": self.timeout,
+            "num_retries": self.num_retries,
+            "temperature": self.temperature,
+            "cache_dir": self.cache_dir,
+            "api_key_env": self.api_key_env,
+            **self.litellm_kwargs,
+        }
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if v is not None)
+        return f"LiteLLMJudge({shown})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The loop, thread and lock cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
+        runtime = {"stats", "_cache", "_loop", "_thread", "_semaphore", "_loop_lock", "_rng", "_cost_known", "_cache_params"}
+        return {k: v for k, v in self.__dict__.items() if k not in runtime}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime()
+
+    # ------------------------------------------------------------------------------------- event loop
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None or self._thread is None or not self._thread.is_alive():
+                loop = asyncio.new_event_loop()
+                started = threading.Event()
+
+                def serve() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(started.set)
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=serve, name="ppm-trl-judge-loop", daemon=True)
+                self._thread.start()
+                started.wait()
+                self._loop = loop
+                self._semaphore = None
+        return self._loop
+
+    def run(self, coroutine_factory: Callable[[], Any]) -> Any:
+        """Run `coroutine_factory()` on the judge's loop and wait for it (the synchronous facade)."""
+        loop = self._ensure_loop()
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a synchronous judge method was called on the judge's own event loop; await the a* method")
+        return asyncio.run_coroutine_threadsafe(coroutine_factory(), loop).result()
+
+    async def _on_own_loop(self, coroutine_factory: Callable[[], Any]) -> Any:
+        """Await `coroutine_factory()` on the judge's loop from any running loop (TRL's, a user's, or ours)."""
+        loop = self._ensure_loop()
+        if asyncio.get_running_loop() is loop:
+            return await coroutine_factory()
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine_factory(), loop))
+
+    def close(self) -> None:
+        """Stop the background loop (a later request starts a new one)."""
+        with self._loop_lock:
+            loop, thread = self._loop, self._thread
+            self._loop, self._thread, self._semaphore = None, None, None
+        if loop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            if not thread.is_alive():
+                loop.close()
+
+    def __enter__(self) -> LiteLLMJudge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------ one request
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return retry_after * self._rng.uniform(1.0, 1.1)  # honour the server, de-synchronise the herd a bit
+        ceiling = min(self.backoff_max, self.backoff_base * 2**attempt)
+        return self._rng.uniform(ceiling / 2, ceiling)
+
+    async def _send(self, messages: list[dict[str, str]]) -> Any:
+        litellm = _import_litellm()
+        arguments = dict(self.litellm_kwargs)
+        arguments.update(
+            model=self.model,
+            messages=messages,
+            temperature=self.temperature,
+            timeout=self.timeout,
+            num_retries=0,  # retries are ours, so counts are exact
+            max_retries=0,
+        )
+        if self.api_base is not None:
+            arguments["api_base"] = self.api_base
+        if self.api_key_env is not None:
+            arguments["api_key"] = os.environ[self.api_key_env]
+        return await asyncio.wait_for(litellm.acompletion(**arguments), self.timeout)
+
+    def _account(self, response: Any) -> str | None:
+        """Tokens and cost of an answer that arrived; returns its text (None if it has none)."""
+        usage = getattr(response, "usage", None)
+        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        if cost is None and self._cost_known:
+            try:
+                cost = _import_litellm().completion_cost(completion_response=response)
+            except Exception:  # LiteLLM raises for models it has no price for
+                self._cost_known = False  # do not pay the failed lookup on every answer
+        self.stats.add(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost=float(cost or 0.0),
+            cost_unknown=int(cost is None),
+        )
+        try:
+            content = response.choices[0].message.content
+        except (AttributeError, IndexError, TypeError):
+            return None
+        return content if isinstance(content, str) else None
+
+    async def _answer(self, key: str, messages: list[dict[str, str]], parse: Parser) -> Any:
+        """One unique request → parsed answer or None (unscorable). Cache first, then the API with retries."""
+        if self._cache is not None:
+            entry = self._cache.get(key)
+            if entry is not None:
+                parsed = parse(entry["content"])
+                if parsed is not None:
+                    self.stats.add(cache_hits=1)
+                    return parsed
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.max_concurrency)
+        self.stats.add(calls=1)
+        started = time.perf_counter()
+        for attempt in range(self.num_retries + 1):
+            if attempt:
+                self.stats.add(retries=1)
+            retry_after, error = None, None
+            async with self._semaphore:
+                self.stats.add(attempts=1)
+                try:
+                    response = await self._send(messages)
+                except Exception as caught:  # noqa: BLE001 - classified below; bugs re-raise there
+                    error = caught
+            if error is not None:
+                verdict = _classify(error)
+                if verdict == "fatal":
+                    raise JudgeConfigurationError(
+                        f"judge {self.model!r} answered {type(error).__name__} "
+                        f"(HTTP {getattr(error, 'status_code', '?')}): check the model name, api_base and the API "
+                        f"key environment variable. {redact(str(error))[:300]}"
+                    ) from None
+                if verdict == "fail" or attempt == self.num_retries:
+                    return self._give_up(started, f"{type(error).__name__}: {redact(str(error))[:200]}")
+                retry_after = _retry_after_seconds(error)
+                await asyncio.sleep(self._backoff(attempt, retry_after))
+                continue
+            text = self._account(response)
+            parsed = None if text is None else parse(text)
+            if parsed is not None:
+                self.stats.add_latency(time.perf_counter() - started)
+                if self._cache is not None:
+                    self._cache.put(key, {"model": self.model, "content": text, "created": time.time()})
+                return parsed
+            self.stats.add(unparseable=1)
+            if not self.retry_unparseable or attempt == self.num_retries:
+                return self._give_up(started, f"unreadable answer {redact(text or '')[:120]!r}")
+        raise AssertionError("unreachable")
+
+    def _give_up(self, started: float, reason: str) -> None:
+        self.stats.add(failures=1)
+        self.stats.add_latency(time.perf_counter() - started)
+        logger.warning("judge request unscorable after %d attempt(s): %s", self.num_retries + 1, reason)
+        return None
+
+    async def _answer_many(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
+        """Answer many (messages, parser) jobs concurrently; identical requests in the batch are sent once."""
+        if jobs:
+            _import_litellm()  # once, before any latency clock starts (the first import takes seconds)
+        self.stats.add(requests=len(jobs))
+        tasks: dict[str, asyncio.Future] = {}
+        keys = []
+        for messages, parse in jobs:
+            key = request_key(self.model, messages, self._cache_params)
+            keys.append(key)
+            if key in tasks:
+                self.stats.add(deduplicated=1)
+            else:
+                tasks[key] = asyncio.ensure_future(self._answer(key, messages, parse))
+        if tasks:
+            await asyncio.gather(*tasks.values())
+        return [tasks[key].result() for key in keys]
+
+    def _batch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
+        return self.run(lambda: self._answer_many(jobs))
+
+    async def _abatch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
+        return await self._on_own_loop(lambda: self._answer_many(jobs))
+
+    # ------------------------------------------------------------------------------------ task API
+    def complete(self, messages: Sequence[list[dict[str, str]]], parse: Parser | None = None) -> list[Any]:
+        """Raw batched access: each chat `messages` list → `parse(answer)` (default: the non-empty text) or None."""
+        default = lambda text: text if text.strip() else None  # noqa: E731
+        return self._batch([(list(m), parse or default) for m in messages])
+
+    def _grading_jobs(self, items, style: str):
+        if style not in ("ppm", "standard"):
+            raise ValueError(f"unknown grading style {style!r}; accepted: 'ppm' (App. D) or 'standard' (§5.3 baseline)")
+        build = prompts.ppm_grading_messages if style == "ppm" else prompts.standard_rubric_messages
+        reader = parsing.parse_point_grades if style == "ppm" else parsing.parse_numbered_grades
+        jobs, empty = [], []
+        for index, item in enumerate(items):
+            problem, points, prefix = _unpack(item, 3, index, "(problem, reference_points, prefix_text)")
+            points = _check_points(points, index)
+            if not str(prefix).strip():
+                empty.append(index)  # an empty prefix reaches nothing: no request
+                continue
+            jobs.append((index, build(str(problem), points, str(prefix)), functools.partial(reader, num_points=len(points))))
+        return jobs, empty
+
+    def _merge_grades(self, items, jobs, empty, answers) -> list[list[bool] | None]:
+        out: list[list[bool] | None] = [None] * len(items)
+        for index in empty:
+            out[index] = [False] * len(items[index][1])
+        for (index, _, _), answer in zip(jobs, answers):
+            out[index] = answer
+        self.stats.add(skipped_empty=len(empty))
+        return out
+
+    def grade_prefixes(self, items: Sequence[tuple[str, Sequence[str], str]], style: str = "ppm") -> list[list[bool] | None]:
+        """PPM prefix grading (App. D): for each (problem, reference_points, prefix_text), one bool per point
+        (reached or not), or None when the judge's answer could not be read. Empty prefixes send no request."""
+        items = list(items)
+        jobs, empty = self._grading_jobs(items, style)
+        answers = self._batch([(messages, parse) for _, messages, parse in jobs])
+        return self._merge_grades(items, jobs, empty, answers)
+
+    async def agrade_prefixes(self, items, style: str = "ppm") -> list[list[bool] | None]:
+        items = list(items)
+        jobs, empty = self._grading_jobs(items, style)
+        answers = await self._abatch([(messages, parse) for _, messages, parse in jobs])
+        return self._merge_grades(items, jobs, empty, answers)
+
+    def _rubric_jobs(self, items, tier: str):
+        if tier not in prompts.PAPO_TIERS:
+            raise ValueError(f"unknown rubric tier {tier!r}; accepted: {sorted(prompts.PAPO_TIERS)}")
+        allowed = prompts.PAPO_TIERS[tier][1]
+        jobs = []
+        for index, item in enumerate(items):
+            problem, reference, response = _unpack(item, 3, index, "(problem, reference_solution, response)")
+            messages = prompts.papo_rubric_messages(str(problem), str(reference), str(response), tier)
+            jobs.append((messages, lambda text: parsing.parse_boxed_score(text, allowed)))
+        return jobs
+
+    def score_rubric(self, items: Sequence[tuple[str, str, str]], tier: str = "three_tier") -> list[float | None]:
+        """PAPO process score (A.3 rubric prompt): for each (problem, reference_solution, response), the judge's
+        score in {0, 0.5, 1} ('three_tier') or {0, .25, .5, .75, 1} ('five_tier'), or None if unreadable."""
+        return self._batch(self._rubric_jobs(list(items), tier))
+
+    async def ascore_rubric(self, items, tier: str = "three_tier") -> list[float | None]:
+        return await self._abatch(self._rubric_jobs(list(items), tier))
+
+    def review_process(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[bool | None]:
+        """Process-reward baseline (PPM App. B.1/D): for each (problem, parts), True if the judge concludes
+        'Correct', False for 'Incorrect', None if unreadable."""
+        jobs = []
+        for index, item in enumerate(items):
+            problem, parts = _unpack(item, 2, index, "(problem, parts)")
+            if isinstance(parts, str):
+                parts = [parts]
+            jobs.append((prompts.process_reward_messages(str(problem), [str(p) for p in parts]), parsing.parse_process_verdict))
+        return self._batch(jobs)
+
+    def _points_job(self, problem: str, reference: str, answer: str | None):
+        def read(text: str) -> list[str] | None:
+            points = parsing.parse_rubric(text)
+            if points is None or (answer is not None and not parsing.answer_in_text(answer, points[-1])):
+                return None
+            return points
+
+        return prompts.rubric_generation_messages(str(problem), str(reference)), read
+
+    def generate_points(self, problem: str, reference: str, answer: str | None = None) -> list[str] | None:
+        """Reasoning points (the App. D rubric) for one problem; with `answer`, the last point must contain it."""
+        return self._batch([self._points_job(problem, reference, answer)])[0]
+
+    async def agenerate_points(self, problem: str, reference: str, answer: str | None = None) -> list[str] | None:
+        return (await self._abatch([self._points_job(problem, reference, answer)]))[0]
+
+    def _graph_job(self, problem: str, points: Sequence[str]):
+        points = _check_points(points, 0)
+        return prompts.obsoletion_graph_messages(str(problem), points), lambda text: parsing.parse_graph(text, len(points))
+
+    def generate_graph(self, problem: str, points: Sequence[str]) -> list[dict[str, list[int]]] | None:
+        """Obsoletion graph (App. D) over `points` as records [{"if_all": [...], "makes_obsolete": [...]}]."""
+        return self._batch([self._graph_job(problem, points)])[0]
+
+    async def agenerate_graph(self, problem: str, points: Sequence[str]) -> list[dict[str, list[int]]] | None:
+        return (await self._abatch([self._graph_job(problem, points)]))[0]
+
+
+def _unpack(item: Any, size: int, index: int, shape: str) -> tuple:
+    if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != size:
+        raise ValueError(f"judge item {index}: expected a tuple {shape}, got {type(item).__name__}")
+    return tuple(item)
+
+
+def _check_points(points: Any, index: int) -> list[str]:
+    if isinstance(points, str) or not isinstance(points, Sequence) or not points:
+        raise ValueError(f"judge item {index}: reference points must be a non-empty list of strings, got {points!r}")
+    if not all(isinstance(p, str) and p.strip() for p in points):
+        raise ValueError(f"judge item {index}: every reference point must be a non-empty string, got {points!r}")
+    return list(points)

@@ -1,0 +1,104 @@
+"""multi_add env: row contract, positional points, strict outcome (termination trap), adversarial completions."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from ppm_trl.envs import check_row, get_env, make_dataset
+from ppm_trl.envs.multi_add import MultiAddEnv
+from ppm_trl.scorers import reasoning_graph_of
+
+
+def _row(pairs):
+    """A hand-made row for the pairs (no generator involved)."""
+    n = len(pairs)
+    return {"task": json.dumps({"pairs": pairs}), "reasoning_points": ["p"] * (n + 1),
+            "reasoning_graph": [{"if_all": [n + 1], "makes_obsolete": list(range(1, n + 1))}]}
+
+
+ROW = _row([[3, 5], [7, 8], [0, 0]])  # sums 8, 15, 0
+GOOD = "3+5=8\n7+8=15\n0+0=0\n\\boxed{8,15,0}"
+env = MultiAddEnv()
+
+
+def test_generated_rows_follow_the_contract_and_are_deterministic():
+    data = make_dataset("multi_add", 5, 20, seed=3)
+    assert data.to_list() == make_dataset("multi_add", 5, 20, seed=3).to_list()
+    assert data.to_list() != make_dataset("multi_add", 5, 20, seed=4).to_list()
+    for index, row in enumerate(data):
+        check_row(get_env("multi_add"), row, index)  # reference verifies and reaches all n + 1 points
+        pairs = json.loads(row["task"])["pairs"]
+        assert len(pairs) == 5 and row["n"] == 5 and len(row["reasoning_points"]) == 6
+        assert all(0 <= a <= 9 and 0 <= b <= 9 for a, b in pairs)
+        assert row["prompt"][0]["content"].endswith(", ".join(f"{a}+{b}" for a, b in pairs))
+        assert row["answer"] == ",".join(str(a + b) for a, b in pairs)
+        assert row["reasoning_graph"] == [{"if_all": [6], "makes_obsolete": [1, 2, 3, 4, 5]}]
+
+
+def test_reference_restates_each_pair_next_to_its_sum():
+    row = make_dataset("multi_add", 3, 1, seed=0)[0]
+    pairs = json.loads(row["task"])["pairs"]
+    expected = [f"{a}+{b}={a + b}" for a, b in pairs] + ["\\boxed{" + ",".join(str(a + b) for a, b in pairs) + "}"]
+    assert row["reference"].split("\n") == expected
+
+
+def test_points_are_positional_complete_lines():
+    assert env.match_points(ROW, GOOD) == {1, 2, 3, 4}
+    assert env.match_points(ROW, "3+5=8\n7+8=14\n0+0=0\n") == {1, 3}  # line 2 wrong
+    assert env.match_points(ROW, "7+8=15\n3+5=8\n0+0=0\n") == {3}  # right sums, wrong positions
+    assert env.match_points(ROW, "3+5=8\n0+0=0\n") == {1}  # skipping line 2 shifts line 3
+    assert env.match_points(ROW, " 3 + 5 = 8 \n") == {1}  # spaces are tolerated
+    assert env.match_points(ROW, "3+5=9\n") == set()
+    assert env.match_points(ROW, "3+6=9\n") == set()  # the pair must be restated correctly
+
+
+def test_prefix_cut_inside_a_number_earns_nothing():
+    # "7+8=1" is a prefix of "7+8=15"; with 1 = wrong answer it must not count, and an unfinished line never does.
+    assert env.match_points(ROW, "3+5=8\n7+8=1") == {1}
+    assert env.match_points(ROW, "3+5=8\n7+8=15") == {1}
+    assert env.match_points(ROW, "3+5=8\n7+8=15\n") == {1, 2}
+
+
+@pytest.mark.parametrize("text", [
+    GOOD + "\n3+5=8",  # junk after the box: the termination trap
+    GOOD + "x",
+    "3+5=8\n7+8=15\n0+0=0\n1+1=2\n\\boxed{8,15,0}",  # an extra line
+    "3+5=8\n7+8=15\n0+0=0",  # no box
+    "3+5=8\n7+8=15\n0+0=0\n\\boxed{8,15}",  # box missing a sum
+    "3+5=8\n7+8=15\n0+0=0\n\\boxed{8,15,0,0}",
+    "3+5=8\n7+8=15\n0+0=1\n\\boxed{8,15,0}",  # box right, a line wrong
+    "3+5=8\n7+8=15\n\\boxed{8,15,0}",  # a line missing
+    "3+5=8\n7+8=15\n0+0=0\n\\boxed{8,15,0}\\boxed{8,15,0}",
+    "\\boxed{8,15,0}",
+])
+def test_outcome_is_strict(text):
+    assert not env.verify(ROW, text)
+    assert 4 not in env.match_points(ROW, text)
+
+
+def test_outcome_accepts_surrounding_whitespace_and_spaces_in_the_box():
+    assert env.verify(ROW, "\n" + GOOD + "\n  ")
+    assert env.verify(ROW, GOOD.replace("{8,15,0}", "{8, 15 ,0}"))
+
+
+def test_goal_only_graph_gives_full_progress_only_with_the_outcome():
+    graph = reasoning_graph_of(ROW)
+    assert graph.progress(env.match_points(ROW, "3+5=8\n7+8=15\n")) == pytest.approx(2 / 4)
+    assert graph.progress(env.match_points(ROW, GOOD)) == 1.0
+
+
+def test_garbage_never_raises():
+    rng = random.Random(0)
+    alphabet = "0123456789+=\n\\boxed{},x "
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+        assert env.match_points(ROW, text) <= {1, 2, 3, 4}
+    assert env.match_points(ROW, "9" * 5000 + "\n") == set()
+
+
+def test_row_without_pairs_is_a_clear_error():
+    with pytest.raises(ValueError, match="pairs"):
+        env.match_points({"task": json.dumps({"other": 1})}, GOOD)

@@ -1,0 +1,139 @@
+"""End-to-end PPMGRPOTrainer on the tiny model: real TRL step, scripted completions, programmatic scorer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from helpers import TINY_ARGS, capture_outputs, script_generation
+
+from ppm_trl.configs import PPMConfig
+from ppm_trl.envs import make_dataset
+from ppm_trl.rewards import env_outcome_reward
+from ppm_trl.tiny import build_tiny_model_and_tokenizer
+from ppm_trl.trainers.ppm import PPMGRPOTrainer
+
+G, K, BUDGET = 4, 4, 64
+
+
+def _reference_for(dataset, prompt_text):
+    for row in dataset:
+        if row["prompt"][0]["content"] in prompt_text:
+            return row["reference"]
+    raise AssertionError("prompt not in dataset")
+
+
+def _trainer(tmp_path, dataset, **overrides):
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    settings = dict(per_device_train_batch_size=8, num_generations=G, max_completion_length=BUDGET, num_segments=K,
+                    max_steps=2, **TINY_ARGS)
+    args = PPMConfig(output_dir=str(tmp_path), **{**settings, **overrides})
+    return PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
+                          train_dataset=dataset)
+
+
+def test_segment_advantages_follow_progress(tmp_path):
+    """Real programmatic matcher, one line per 32-token segment, so every m_k and r_k is known by hand."""
+    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
+    trainer = _trainer(tmp_path, dataset, max_completion_length=128, filter_zero_advantage_groups=False)
+
+    def pad(line):  # one byte-level token per character: a padded line fills exactly one 32-token segment
+        return line.ljust(31) + "\n"
+
+    def completion_for(prompt_text, index):
+        p1, p2, box = _reference_for(dataset, prompt_text).split("\n")
+        return {
+            0: pad(p1) + pad(p2) + box,  # m = [1/3, 2/3, 1, -], outcome 1
+            1: pad("x" * 10) + pad(p1) + "y" * 20,  # m = [0, 1/3, 1/3, -], outcome 0
+            2: "z" * 60,  # m = [0, 0, -, -]
+            3: pad(p1) + pad(p2),  # m = [1/3, 2/3, 2/3 (segment 3 holds only EOS), -]
+        }[index % G]
+
+    script_generation(trainer, completion_for)
+    outputs = capture_outputs(trainer)
+    trainer.train()
+
+    out = outputs[0]
+    adv = out["advantages"]
+    assert adv.shape == out["completion_ids"].shape  # (B, T) per-token advantages
+    mask = out["completion_mask"].bool()
+    assert torch.all(adv[~mask] == 0)  # padding carries 0
+    # Rewards r_k = m_k - m_{k-1} (+1 outcome on valid segments), empty segments 0:
+    #   row0 [4/3, 4/3, 4/3, 0]; row1 [0, 1/3, 0, 0]; row2 [0, 0, 0, 0]; row3 [1/3, 1/3, 0, 0]
+    # Segment means: [5/12, 1/2, 1/3, 0]; advantages = r - mean (no std division by default):
+    expected = {
+        0: [11 / 12, 5 / 6, 1.0],
+        1: [-5 / 12, -1 / 6, -1 / 3],
+        2: [-5 / 12, -1 / 2],
+        3: [-1 / 12, -1 / 6, -1 / 3],
+    }
+    for row, values in expected.items():
+        for k, value in enumerate(values):
+            tokens = adv[row, 32 * k : 32 * (k + 1)][mask[row, 32 * k : 32 * (k + 1)]]
+            assert tokens.numel() > 0
+            assert torch.allclose(tokens, torch.full_like(tokens, value), atol=1e-5), (row, k, tokens[:3], value)
+    # One completion's advantages differ across its segments when its progress does.
+    assert len({round(v, 6) for v in expected[1]}) == 3
+
+
+def test_hand_computed_token_advantages(tmp_path):
+    """A fixed scorer → the exact (B, T) tensor, computed by hand (budget 64, K = 4: 16-token chunks)."""
+    dataset = make_dataset("multi_countdown", 1, 2, seed=1)
+    trainer = _trainer(tmp_path, dataset, filter_zero_advantage_groups=False, max_steps=1)
+    table = [[0.5] * 4, [0.0, 1.0, 1.0, 1.0], [0.0] * 4, [0.5] * 4]
+    trainer.progress_scorer = lambda rows, texts: torch.tensor([table[i % G] for i in range(len(rows))])
+    texts = ["a", "b" * 63, "ccc", "dddd"]  # + EOS: 2, 64, 4, 5 tokens → valid segments {1}, {1..4}, {1}, {1}
+    script_generation(trainer, lambda prompt, index: texts[index % G])
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    adv = outputs[0]["advantages"]
+    # Rewards (outcome 0): row0 [.5,0,0,0], row1 [0,1,0,0], row2 [0,0,0,0], row3 [.5,0,0,0] (empty segments 0).
+    # Segment means [.25, .25, 0, 0] → row0 [.25], row1 [-.25, .75, 0, 0], row2 [-.25], row3 [.25].
+    for i, value in enumerate([0.25, -0.25, -0.25, 0.25]):
+        assert math.isclose(float(adv[i, 0]), value, abs_tol=1e-6)
+    assert torch.allclose(adv[1, 16:32], torch.full((16,), 0.75))
+    assert torch.all(adv[1, 32:] == 0)
+
+
+def test_bad_scorer_output_is_a_clear_error(tmp_path):
+    dataset = make_dataset("multi_countdown", 1, 2, seed=1)
+    trainer = _trainer(tmp_path, dataset, max_steps=1)
+    trainer.progress_scorer = lambda rows, texts: torch.full((len(rows), K), 1.5)
+    script_generation(trainer, lambda prompt, index: "abc")
+    with pytest.raises(ValueError, match=r"outside \[0, 1\].*row 0"):
+        trainer.train()
+
+
+def test_missing_reasoning_points_is_a_clear_error(tmp_path):
+    dataset = make_dataset("multi_countdown", 1, 2, seed=1).remove_columns(["reasoning_points"])
+    with pytest.raises(ValueError, match="reasoning_points"):
+        _trainer(tmp_path, dataset)
+
+
+def test_bad_graph_names_row_and_rule(tmp_path):
+    dataset = make_dataset("multi_countdown", 1, 2, seed=1)
+    graphs = list(dataset["reasoning_graph"])
+    graphs[1] = [{"if_all": [9], "makes_obsolete": [1]}]
+    dataset = dataset.remove_columns(["reasoning_graph"]).add_column("reasoning_graph", graphs)
+    with pytest.raises(ValueError, match=r"row 1.*rule 0.*out of range"):
+        _trainer(tmp_path, dataset)
+
+
+def test_unscorable_completion_gets_zero_advantage(tmp_path):
+    dataset = make_dataset("multi_countdown", 1, 2, seed=1)
+    trainer = _trainer(tmp_path, dataset, filter_zero_advantage_groups=False, max_steps=1)
+
+    def scorer(rows, texts):
+        out = torch.tensor([[0.0, 0.5, 1.0, 1.0]] * len(rows))
+        out[0] = float("nan")  # the judge failed on the first completion
+        out[1] = torch.tensor([1.0, 1.0, 1.0, 1.0])
+        return out
+
+    trainer.progress_scorer = scorer
+    script_generation(trainer, lambda prompt, index: "w" * 63)
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    adv = outputs[0]["advantages"]
+    assert torch.all(adv[0] == 0)
+    assert adv[1].abs().sum() > 0
