@@ -39,18 +39,25 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.1)
     parser.add_argument("--max-concurrency", type=int, default=64)
     parser.add_argument("--model", default="openai/scripted-judge", help="e.g. hosted_vllm/scripted-judge")
+    parser.add_argument("--transport", choices=["litellm", "openai_http", "both"], default="both")
     args = parser.parse_args()
+    for transport in ["litellm", "openai_http"] if args.transport == "both" else [args.transport]:
+        benchmark(args, transport)
+
+
+def benchmark(args: argparse.Namespace, transport: str) -> None:
 
     items = [("Problem", POINTS, f"attempt {i}: alpha then gamma") for i in range(args.requests)]
     ideal = math.ceil(args.requests / args.max_concurrency) * args.latency
     with JudgeServer(latency=args.latency) as server, tempfile.TemporaryDirectory() as cache_dir:
         judge = LiteLLMJudge(args.model, api_base=server.api_base, max_concurrency=args.max_concurrency,
-                             timeout=30, cache_dir=cache_dir)
+                             timeout=30, cache_dir=cache_dir, transport=transport)
         judge.complete([[{"role": "user", "content": "warm-up"}]])  # import LiteLLM, open the connection pool
         server.reset_counters()
 
         wall, cpu, grades = timed_run(judge, items)
         graded = sum(g is not None for g in grades)
+        print(f"[transport={transport}]")
         print(f"cold run : {args.requests} gradings, {server.requests} requests reached the server, {graded} graded")
         print(f"           elapsed {wall:.2f} s vs ideal {ideal:.2f} s -> ratio {wall / ideal:.2f} (target < 1.25)")
         print(f"           CPU {cpu:.2f} s = {1000 * cpu / args.requests:.2f} ms per request (client + server), "

@@ -32,6 +32,13 @@ from typing import Any, TypeVar
 from ppm_trl.judge import parsing, prompts
 from ppm_trl.judge.cache import ResponseCache, request_key
 from ppm_trl.judge.stats import JudgeStats
+from ppm_trl.judge.transport import (
+    TRANSPORT_ARGUMENTS,
+    TRANSPORTS,
+    HTTPStatusError,
+    MalformedReplyError,
+    import_litellm,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,21 +47,12 @@ Parser = Callable[[str], Any]
 
 # Arguments that look like credentials are refused: keys come from the environment only.
 _CREDENTIAL_ARGUMENT = re.compile(r"key|secret|password|credential|session_token", re.IGNORECASE)
-# Arguments that change where/how a request travels but not the answer: left out of the cache key.
-_TRANSPORT_ARGUMENTS = {"api_base", "base_url", "api_version", "timeout", "num_retries", "max_retries", "extra_headers"}
 _FATAL_STATUS = {401, 403, 404}  # misconfiguration (key, permission, model name): fail loudly, do not retry
 _RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
 
 
 class JudgeConfigurationError(RuntimeError):
     """The judge cannot work as configured (authentication, permission, unknown model): retrying will not help."""
-
-
-def _import_litellm():
-    import litellm  # lazy: `import ppm_trl.judge` must stay light
-
-    litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner per failed attempt
-    return litellm
 
 
 def redact(text: str) -> str:
@@ -67,7 +65,11 @@ def redact(text: str) -> str:
 
 def _retry_after_seconds(error: BaseException) -> float | None:
     """The server's `retry-after-ms` / `Retry-After` (seconds or HTTP date) header of a failed attempt, if any."""
-    headers = getattr(error, "litellm_response_headers", None) or getattr(getattr(error, "response", None), "headers", None)
+    headers = (
+        getattr(error, "litellm_response_headers", None)
+        or getattr(error, "headers", None)
+        or getattr(getattr(error, "response", None), "headers", None)
+    )
     if not headers:
         return None
     lowered = {str(k).lower(): str(v) for k, v in dict(headers).items()}
@@ -87,11 +89,11 @@ def _retry_after_seconds(error: BaseException) -> float | None:
 
 def _classify(error: BaseException) -> str:
     """'retry' (transient), 'fail' (this item cannot be judged, e.g. 400 context too long) or 'fatal'."""
-    if isinstance(error, (asyncio.TimeoutError, TimeoutError, ConnectionError)):
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError, ConnectionError, MalformedReplyError)):
         return "retry"
     status = getattr(error, "status_code", None)
     module = type(error).__module__
-    if not module.startswith(("litellm", "openai", "httpx", "aiohttp")):
+    if not isinstance(error, HTTPStatusError) and not module.startswith(("litellm", "openai", "httpx", "aiohttp")):
         raise error  # a bug, not a judge answer: surface it
     if isinstance(status, int):
         if status in _FATAL_STATUS:
@@ -116,6 +118,9 @@ class LiteLLMJudge:
         api_key_env: name of an environment variable holding the key, when not the provider's default one.
         backoff_base / backoff_max: exponential back-off (seconds) between attempts, with jitter.
         retry_unparseable: re-send a request whose answer no parser can read (counts as a retry).
+        transport: "litellm" (`litellm.acompletion`, any provider) or "openai_http" (direct POST to an
+            OpenAI-compatible `api_base` with `openai/…` or `hosted_vllm/…` models: no LiteLLM per-request CPU
+            overhead, for fast local servers; see `transport.py`).
         **litellm_kwargs: extra `litellm.acompletion` arguments (max_tokens, reasoning_effort, ...); they are part
             of the cache key. Credentials are refused here — use the environment.
     """
@@ -133,6 +138,7 @@ class LiteLLMJudge:
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         retry_unparseable: bool = True,
+        transport: str = "litellm",
         **litellm_kwargs: Any,
     ):
         if not isinstance(model, str) or not model.strip():
@@ -153,6 +159,8 @@ class LiteLLMJudge:
             )
         if api_key_env is not None and not os.environ.get(api_key_env):
             raise ValueError(f"api_key_env={api_key_env!r} names an environment variable that is not set")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {transport!r}; accepted: {sorted(TRANSPORTS)}")
         for name in ("model", "messages", "temperature", "stream", "n"):
             if name in litellm_kwargs:
                 raise ValueError(f"litellm argument {name!r} is set by the judge itself; pass it as a judge argument")
@@ -167,6 +175,7 @@ class LiteLLMJudge:
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
         self.retry_unparseable = retry_unparseable
+        self.transport = transport
         self.litellm_kwargs = dict(litellm_kwargs)
         self._init_runtime()
 
@@ -178,9 +187,11 @@ class LiteLLMJudge:
         self._semaphore: asyncio.Semaphore | None = None
         self._loop_lock = threading.Lock()
         self._rng = random.Random()
-        self._cost_known = True
+        self._transport = TRANSPORTS[self.transport](
+            self.model, self.api_base, self.timeout, self.api_key_env, self.litellm_kwargs
+        )
         self._cache_params = {"temperature": self.temperature} | {
-            k: v for k, v in self.litellm_kwargs.items() if k not in _TRANSPORT_ARGUMENTS
+            k: v for k, v in self.litellm_kwargs.items() if k not in TRANSPORT_ARGUMENTS
         }
 
     # ------------------------------------------------------------------------------------------ identity
@@ -195,6 +206,7 @@ class LiteLLMJudge:
             "temperature": self.temperature,
             "cache_dir": self.cache_dir,
             "api_key_env": self.api_key_env,
+            "transport": self.transport,
             **self.litellm_kwargs,
         }
 
@@ -204,7 +216,7 @@ class LiteLLMJudge:
 
     def __getstate__(self) -> dict[str, Any]:
         # The loop, thread and lock cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
-        runtime = {"stats", "_cache", "_loop", "_thread", "_semaphore", "_loop_lock", "_rng", "_cost_known", "_cache_params"}
+        runtime = {"stats", "_cache", "_loop", "_thread", "_semaphore", "_loop_lock", "_rng", "_transport", "_cache_params"}
         return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -250,6 +262,10 @@ class LiteLLMJudge:
             loop, thread = self._loop, self._thread
             self._loop, self._thread, self._semaphore = None, None, None
         if loop is not None and thread is not None and thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(self._transport.aclose(), loop).result(10)
+            except Exception as error:  # closing is best effort
+                logger.debug("closing the judge transport failed: %s", error)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(10)
             if not thread.is_alive():
@@ -268,45 +284,13 @@ class LiteLLMJudge:
         ceiling = min(self.backoff_max, self.backoff_base * 2**attempt)
         return self._rng.uniform(ceiling / 2, ceiling)
 
-    async def _send(self, messages: list[dict[str, str]]) -> Any:
-        litellm = _import_litellm()
-        arguments = dict(self.litellm_kwargs)
-        arguments.update(
-            model=self.model,
-            messages=messages,
-            temperature=self.temperature,
-            timeout=self.timeout,
-            num_retries=0,  # retries are ours, so counts are exact
-            max_retries=0,
-        )
-        if self.api_base is not None:
-            arguments["api_base"] = self.api_base
-        if self.api_key_env is not None:
-            arguments["api_key"] = os.environ[self.api_key_env]
-        return await asyncio.wait_for(litellm.acompletion(**arguments), self.timeout)
-
-    def _account(self, response: Any) -> str | None:
-        """Tokens and cost of an answer that arrived; returns its text (None if it has none)."""
-        usage = getattr(response, "usage", None)
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if cost is None and self._cost_known:
-            try:
-                cost = _import_litellm().completion_cost(completion_response=response)
-            except Exception:  # LiteLLM raises for models it has no price for
-                self._cost_known = False  # do not pay the failed lookup on every answer
+    def _account(self, reply) -> None:
         self.stats.add(
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cost=float(cost or 0.0),
-            cost_unknown=int(cost is None),
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            cost=reply.cost or 0.0,
+            cost_unknown=int(reply.cost is None),
         )
-        try:
-            content = response.choices[0].message.content
-        except (AttributeError, IndexError, TypeError):
-            return None
-        return content if isinstance(content, str) else None
 
     async def _answer(self, key: str, messages: list[dict[str, str]], parse: Parser) -> Any:
         """One unique request → parsed answer or None (unscorable). Cache first, then the API with retries."""
@@ -320,15 +304,16 @@ class LiteLLMJudge:
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self.max_concurrency)
         self.stats.add(calls=1)
-        started = time.perf_counter()
+        started = None  # latency = first attempt start → answer, queueing for a slot excluded
         for attempt in range(self.num_retries + 1):
             if attempt:
                 self.stats.add(retries=1)
-            retry_after, error = None, None
+            reply, error = None, None
             async with self._semaphore:
+                started = started or time.perf_counter()
                 self.stats.add(attempts=1)
                 try:
-                    response = await self._send(messages)
+                    reply = await self._transport.send(messages, self.temperature)
                 except Exception as caught:  # noqa: BLE001 - classified below; bugs re-raise there
                     error = caught
             if error is not None:
@@ -340,32 +325,33 @@ class LiteLLMJudge:
                         f"key environment variable. {redact(str(error))[:300]}"
                     ) from None
                 if verdict == "fail" or attempt == self.num_retries:
-                    return self._give_up(started, f"{type(error).__name__}: {redact(str(error))[:200]}")
-                retry_after = _retry_after_seconds(error)
-                await asyncio.sleep(self._backoff(attempt, retry_after))
+                    return self._give_up(started, attempt + 1, f"{type(error).__name__}: {redact(str(error))[:200]}")
+                await asyncio.sleep(self._backoff(attempt, _retry_after_seconds(error)))
                 continue
-            text = self._account(response)
-            parsed = None if text is None else parse(text)
+            self._account(reply)
+            parsed = None if reply.text is None else parse(reply.text)
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
                 if self._cache is not None:
-                    self._cache.put(key, {"model": self.model, "content": text, "created": time.time()})
+                    self._cache.put(key, {"model": self.model, "content": reply.text, "created": time.time()})
                 return parsed
             self.stats.add(unparseable=1)
             if not self.retry_unparseable or attempt == self.num_retries:
-                return self._give_up(started, f"unreadable answer {redact(text or '')[:120]!r}")
-        raise AssertionError("unreachable")
+                return self._give_up(started, attempt + 1, f"unreadable answer {redact(reply.text or '')[:120]!r}")
+        raise AssertionError("unreachable: the last attempt always returns")
 
-    def _give_up(self, started: float, reason: str) -> None:
+    def _give_up(self, started: float, attempts: int, reason: str) -> None:
         self.stats.add(failures=1)
         self.stats.add_latency(time.perf_counter() - started)
-        logger.warning("judge request unscorable after %d attempt(s): %s", self.num_retries + 1, reason)
+        failures = self.stats.failures
+        if failures <= 10 or failures % 100 == 0:  # an outage must not flood the log
+            logger.warning("judge request unscorable after %d attempt(s) (failure #%d): %s", attempts, failures, reason)
         return None
 
     async def _answer_many(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
         """Answer many (messages, parser) jobs concurrently; identical requests in the batch are sent once."""
         if jobs:
-            _import_litellm()  # once, before any latency clock starts (the first import takes seconds)
+            import_litellm()  # once, before any latency clock starts (the first import takes seconds)
         self.stats.add(requests=len(jobs))
         tasks: dict[str, asyncio.Future] = {}
         keys = []
