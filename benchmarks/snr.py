@@ -8,18 +8,19 @@ I_v = Π_{j ∈ P_v} B_j:
 * independent graph (Multi-Countdown / multi_add): P_v = {v}, I_v = B_v;
 * sequential graph (Matrix): P_v = {1..v}, I_v = B_1·…·B_v.
 
-The outcome is I_g = I_1·…·I_n. Each estimator's gradient along u is ĝ = (1/G) Σ_i Σ_v A_{i,v} x_{i,v}, with the
-advantages A from the library (segment v = turn v, K = n, progress m_k = (1/n)·Σ_{v≤k} I_v, no outcome term —
-the paper's Y_1, Y_2, Y_3 of eqs. 8-10, plus a group-mean baseline):
+The outcome is I_g = I_1·…·I_n; segment v = turn v (K = n); progress m_k = (1/n)·Σ_{v≤k} I_v; no outcome term.
+Two families of estimators, both built from the library's functions:
 
-* sparse     `sparse_outcome_advantages(I_g, G, scale=False)`, broadcast to every turn (Y_1);
-* sparse+std `sparse_outcome_advantages(I_g, G, scale=True)` (TRL's GRPO default);
-* trajectory `ppm_trajectory_advantages(m, …, add_outcome=False)`: (1/n)·C broadcast (Y_2);
-* segment    `ppm_segment_advantages(m, …, add_outcome=False)`: turn v gets I_v/n − group mean (Y_3).
+* the paper's, per sample and without a baseline (eqs. 8-10): Y1 = I_g·Σx_v (outcome), Y2 = (C/n)·Σx_v
+  (`ppm_trajectory_rewards`), Y3 = Σ_v (I_v/n)·x_v (`ppm_segment_rewards`);
+* the trainers', per group of G with the group-mean baseline: ĝ = (1/G) Σ_i Σ_v A_{i,v} x_{i,v} with A from
+  `sparse_outcome_advantages` (scale off, and on as in TRL's GRPO), `ppm_trajectory_advantages`,
+  `ppm_segment_advantages`.
 
-SNR = |E ĝ| / sd(ĝ) over many independent groups. The paper predicts sparse = Θ(p^{n/2}), trajectory = Θ(n^{-1/2}),
-segment = Θ(√n) (independent) and Θ(1) (sequential). The closed forms of App. A (no baseline) are printed next to
-the simulation: eq. 16-17 for Y_1 and eq. 66 for Y_3.
+SNR = |E ĝ| / sd(ĝ). The paper predicts Y1 = Θ(p^{n/2}), Y2 = Θ(n^{-1/2}), Y3 = Θ(√n) (independent) and Θ(1)
+(sequential); the closed forms of App. A (eq. 16-17 for Y1, eq. 66 for Y3) are printed next to the simulation.
+The group baseline changes the trajectory estimator's scaling (the centred C − mean C has O(√n) spread, not O(n)):
+the table shows by how much.
 
     python benchmarks/snr.py                 # table + benchmarks/results/snr.{json,png}
     python benchmarks/snr.py --quick         # CI smoke
@@ -129,29 +130,37 @@ def log_log_slope(ns, values) -> float | None:
     return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
 
 
-def plot(results: dict, path: str, p: float) -> None:
+def plot(results: dict, path: str, p: float, group_size: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, graph in zip(axes, GRAPHS):
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
+    styles = {"Y1": "o-", "Y2": "^-", "Y3": "D-", "sparse": "o-", "sparse+std": "s--", "trajectory": "^-",
+              "segment": "D-"}
+    for column, graph in enumerate(GRAPHS):
         rows = results[graph]
         ns = [row["n"] for row in rows]
-        for name, style in zip(ESTIMATORS, ("o-", "s--", "^-", "D-")):
-            pairs = [(n, row[name]) for n, row in zip(ns, rows) if row[name]]
-            if pairs:
-                ax.plot(*zip(*pairs), style, label=name)
-        ax.plot(ns, [row["sparse_theory"] for row in rows], ":", color="gray", label="Y1 theory (eq. 17)")
-        ax.plot(ns, [row["segment_theory"] for row in rows], "-.", color="black", label="Y3 theory (eq. 66)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("horizon n")
-        ax.set_title(f"{graph} graph (p = {p})")
-        ax.grid(alpha=0.3, which="both")
-    axes[0].set_ylabel("SNR = |E ĝ| / sd(ĝ), one group")
-    axes[0].legend(fontsize=8)
+        for row_index, (names, title) in enumerate(((PAPER_ESTIMATORS, "paper's estimators, per sample"),
+                                                    (GROUP_ESTIMATORS, f"trainers' advantages, per group of {group_size}"))):
+            ax = axes[row_index, column]
+            for name in names:
+                pairs = [(n, row[name]) for n, row in zip(ns, rows) if row[name]]
+                if pairs:
+                    ax.plot(*zip(*pairs), styles[name], label=name)
+            if row_index == 0:
+                ax.plot(ns, [row["sparse_theory"] for row in rows], ":", color="gray", label="Y1 theory (eq. 17)")
+                ax.plot(ns, [row["segment_theory"] for row in rows], "-.", color="black", label="Y3 theory (eq. 66)")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{graph} graph (p = {p}): {title}", fontsize=9)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=7)
+            if column == 0:
+                ax.set_ylabel("SNR = |E ĝ| / sd(ĝ)")
+            if row_index == 1:
+                ax.set_xlabel("horizon n")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -182,13 +191,14 @@ def main(argv=None) -> dict:
     report = {"p": args.p, "group_size": args.group_size, "num_groups": args.num_groups, "results": results,
               "slopes": {graph: {name: log_log_slope([r["n"] for r in rows if r["n"] >= 4],
                                                      [r[name] for r in rows if r["n"] >= 4])
-                                 for name in ("trajectory", "segment")} for graph, rows in results.items()}}
+                                 for name in ("Y2", "Y3", "trajectory", "segment")}
+                         for graph, rows in results.items()}}
     print(format_table(report))
     os.makedirs(args.output_dir, exist_ok=True)
     suffix = "_quick" if args.quick else ""
     with open(os.path.join(args.output_dir, f"snr{suffix}.json"), "w") as handle:
         json.dump(report, handle, indent=2)
-    plot(results, os.path.join(args.output_dir, f"snr{suffix}.png"), args.p)
+    plot(results, os.path.join(args.output_dir, f"snr{suffix}.png"), args.p, args.group_size)
     return report
 
 
@@ -199,12 +209,14 @@ def format_table(report: dict) -> str:
     lines = []
     for graph, rows in report["results"].items():
         lines += [f"\n{graph} graph, p = {report['p']}, G = {report['group_size']}, {report['num_groups']} groups",
-                  "| n | sparse | sparse+std | trajectory | segment | Y1 theory | Y3 theory |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['n']} | {cell(r['sparse'])} | {cell(r['sparse+std'])} | {cell(r['trajectory'])} | "
-                  f"{cell(r['segment'])} | {cell(r['sparse_theory'])} | {cell(r['segment_theory'])} |" for r in rows]
+                  "| n | Y1 sparse | Y1 theory | Y2 traj. | Y3 segment | Y3 theory | GRPO sparse | GRPO sparse+std "
+                  "| PPM traj. | PPM segment |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['n']} | {cell(r['Y1'])} | {cell(r['sparse_theory'])} | {cell(r['Y2'])} | {cell(r['Y3'])} | "
+                  f"{cell(r['segment_theory'])} | {cell(r['sparse'])} | {cell(r['sparse+std'])} | "
+                  f"{cell(r['trajectory'])} | {cell(r['segment'])} |" for r in rows]
         slopes = report["slopes"][graph]
-        lines.append(f"log-log slope (n ≥ 4): trajectory {cell(slopes['trajectory'])}, segment {cell(slopes['segment'])}")
+        lines.append("log-log slope in n (n ≥ 4): " + ", ".join(f"{k} {cell(v)}" for k, v in slopes.items()))
     return "\n".join(lines)
 
 

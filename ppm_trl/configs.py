@@ -183,8 +183,9 @@ class ARGConfig(GRPOConfig):
     For every all-failure group, `arg_num_continuations` reference prefixes are drawn from a learned selector over
     surprisal levels α (prefix = latest t with S_t ≥ α·S_0, snapped to a boundary), continued by the policy, verified
     and accepted; accepted trajectories (or the reference as fallback) replace failed rows. Training defaults follow
-    the paper's Table 4 (lr 1e-6 constant after 10 warmup updates, weight decay 0.01, 8 responses) and the clip
-    interval [0.8, 1.3] of eq. (29).
+    the paper's Tables 3–4 (lr 1e-6 constant after 10 warmup updates, weight decay 0.01, 8 responses, K = 8,
+    levels {1, 1/2, 1/4}, caps 4/4/1, ε_sel 0.2, η_sel 0.3, β 0.1) and the clip interval [0.8, 1.3] of eq. (29).
+    TRL's own defaults already match the rest of Table 3 (temperature 1, no KL, batch-token-mean loss, grad clip 1).
     """
 
     arg_levels: list[float] = field(
@@ -201,8 +202,9 @@ class ARGConfig(GRPOConfig):
     arg_mode: str = field(
         default="arg",
         metadata={
-            "help": "`arg`; `reference_insertion` (ablation: insert the reference, no continuations); `resampling` "
-            "(ablation: all K at α = 1, keep every correct one, no fallback)."
+            "help": "`arg`; `reference_insertion` (ablation §5.3: insert the reference, no continuations); "
+            "`resampling` (ablation §5.3: all K continuations from the empty prefix, correct ones accepted under the "
+            "same caps, no reference fallback)."
         },
     )
     surprisal_weighting: bool = field(
@@ -214,7 +216,9 @@ class ARGConfig(GRPOConfig):
         default=False,
         metadata={"help": "Skip rows whose reference is missing/empty/unboxed (counted) instead of raising."},
     )
-    arg_seed: int = field(default=0, metadata={"help": "Seed of the selector's sampler."})
+    arg_seed: int = field(
+        default=0, metadata={"help": "Seed of the selector's level sampler and of the replacement positions."}
+    )
     arg_min_continuation_tokens: int = field(
         default=16,
         metadata={"help": "A prefix leaves at least this many tokens of the budget to the continuation."},
@@ -232,7 +236,28 @@ class ARGConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         _check_choice("arg_mode", self.arg_mode, ARG_MODES)
-        if not self.arg_levels or any(not (0.0 < a <= 1.0) for a in self.arg_levels):
-            raise ValueError(f"arg_levels must be non-empty values in (0, 1], got {self.arg_levels}")
+        from .arg import PrefixSelector  # pure module; imported here to keep this file's imports unchanged
+
+        self.arg_levels = [float(level) for level in self.arg_levels]
+        # The selector validates levels, ε, η and β with its own rules (ValueError naming the knob).
+        PrefixSelector(self.arg_levels, self.arg_selector_epsilon, self.arg_selector_lr, self.arg_baseline_rate)
         if self.arg_num_continuations < 1:
             raise ValueError(f"arg_num_continuations must be >= 1, got {self.arg_num_continuations}")
+        if not 1 <= self.arg_max_accepted < self.num_generations:
+            raise ValueError(
+                f"arg_max_accepted must lie in [1, num_generations - 1 = {self.num_generations - 1}], got "
+                f"{self.arg_max_accepted}: at least one original failure must stay in the group, or an all-correct "
+                "group has zero advantages (paper: 4 of G = 8)"
+            )
+        if self.arg_max_empty_prefix < 0 or self.arg_max_guided < 0:
+            raise ValueError(
+                f"arg_max_empty_prefix and arg_max_guided must be >= 0, got {self.arg_max_empty_prefix}, "
+                f"{self.arg_max_guided}"
+            )
+        if not 1 <= self.arg_min_continuation_tokens <= self.max_completion_length:
+            raise ValueError(
+                f"arg_min_continuation_tokens must lie in [1, max_completion_length = {self.max_completion_length}], "
+                f"got {self.arg_min_continuation_tokens}"
+            )
+        if not self.arg_answer_marker:
+            raise ValueError("arg_answer_marker must be a non-empty string such as '\\boxed'")

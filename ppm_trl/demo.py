@@ -124,11 +124,11 @@ def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history:
 
 
 def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str, train_size: int = 2000,
-                  progress: bool = True, save_model: bool = False) -> dict:
+                  progress: bool = True, save_dir: str | None = None) -> dict:
     """Train `spec` from the checkpoint at `model_path`; return its success history (samples → rates).
 
-    The initial evaluation (step 0) is included. With `save_model`, the trained policy is saved to
-    `output_dir/model` (loadable with `from_pretrained`).
+    The initial evaluation (step 0) is included. With `save_dir`, the trained policy and tokenizer are saved there
+    (loadable with `from_pretrained`).
     """
     import torch
     from tqdm.auto import tqdm
@@ -150,10 +150,10 @@ def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str,
     trainer.train()
     bar.close()
     result = {"spec": asdict(spec), "history": history, "train_seconds": time.time() - start}
-    if save_model:
-        trainer.model.save_pretrained(os.path.join(output_dir, "model"))
-        tokenizer.save_pretrained(os.path.join(output_dir, "model"))
-        result["model_dir"] = os.path.join(output_dir, "model")
+    if save_dir is not None:
+        trainer.model.save_pretrained(save_dir)
+        tokenizer.save_pretrained(save_dir)
+        result["model_dir"] = save_dir
     return result
 
 
@@ -242,12 +242,13 @@ def main(argv=None) -> dict:
 
     eval_dataset = make_dataset("multi_add", args.n, args.eval_size, seed=90_000 + args.n)
     results = []
+    ppm_dir = os.path.join(args.output_dir, "ppm_model")
     print(f"[3/4] RL: {args.steps} steps × 64 samples per trainer, lr {args.learning_rate}", flush=True)
     for variant in ("segment", "sparse"):
         spec = RunSpec(variant=variant, n=args.n, learning_rate=args.learning_rate, max_steps=args.steps,
                        eval_every=args.eval_every, seed=args.seed)
         results.append(train_variant(model_path, spec, eval_dataset, os.path.join(args.output_dir, variant),
-                                     save_model=variant == "segment"))
+                                     save_dir=ppm_dir if variant == "segment" else None))
 
     print("[4/4] results (held-out prompts, sampled at T=1)", flush=True)
     for result in results:
@@ -257,8 +258,6 @@ def main(argv=None) -> dict:
               f"{last['per_subproblem']:.3f}   ({last['samples']} samples, {result['train_seconds']:.0f}s)")
     plot_path = os.path.join(args.output_dir, "success_vs_samples.png")
     plot_histories(results, plot_path, f"multi_add, n={args.n}: segment-level PPM vs sparse GRPO")
-    ppm_dir = os.path.join(args.output_dir, "ppm_model")
-    os.replace(results[0]["model_dir"], ppm_dir) if not os.path.exists(ppm_dir) else None
     summary = {"n": args.n, "warm_start": model_path, "base_rates": base_rates, "runs": results,
                "plot": plot_path, "ppm_model": ppm_dir, "wall_seconds": time.time() - t0}
     with open(os.path.join(args.output_dir, "results.json"), "w") as handle:

@@ -22,7 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 
-FAULT_KINDS = ("rate_limit", "server_error", "timeout", "garbage")
+FAULT_KINDS = ("rate_limit", "server_error", "timeout", "garbage")  # transient: the client retries them
+ALL_FAULT_KINDS = FAULT_KINDS + ("unauthorized", "bad_request")  # 401 (fatal) and 400 (this item only)
 GARBAGE_TEXT = "%%% lorem ipsum dolor sit amet %%%"
 
 _QUOTED = re.compile(r'"([^"]+)"')
@@ -141,21 +142,23 @@ class JudgeServer:
         latency: float = 0.0,
         fault_rate: float = 0.0,
         fault_kinds: tuple[str, ...] = FAULT_KINDS,
-        retry_after: str = "0.01",
+        retry_after: str | None = "0.01",
         timeout_delay: float = 2.0,
         seed: int = 0,
+        script: tuple[str | None, ...] = (),
         max_requests: int = 20_000,
         max_lifetime: float = 300.0,
     ):
-        unknown = set(fault_kinds) - set(FAULT_KINDS)
+        unknown = (set(fault_kinds) | set(script)) - set(ALL_FAULT_KINDS) - {None}
         if unknown:
-            raise ValueError(f"unknown fault kinds {sorted(unknown)}; accepted: {FAULT_KINDS}")
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; accepted: {ALL_FAULT_KINDS}")
         self.responder = responder
         self.latency = latency
         self.fault_rate = fault_rate
         self.fault_kinds = tuple(fault_kinds)
         self.retry_after = retry_after
         self.timeout_delay = timeout_delay
+        self.script = list(script)  # faults of the first requests, in arrival order (None = answer normally)
         self.max_requests = max_requests
         self.max_lifetime = max_lifetime
         self._rng = random.Random(seed)
@@ -249,8 +252,13 @@ class JudgeServer:
             self.requests += 1
             if self.requests > self.max_requests:
                 return "server_error"
-            if self._rng.random() < self.fault_rate:
+            if self.requests <= len(self.script):
+                kind = self.script[self.requests - 1]
+            elif self._rng.random() < self.fault_rate:
                 kind = self._rng.choice(self.fault_kinds)
+            else:
+                kind = None
+            if kind is not None:
                 self.faults[kind] += 1
                 return kind
             return None
@@ -267,7 +275,13 @@ class JudgeServer:
         await asyncio.sleep(self.latency)
         if fault == "rate_limit":
             error = {"error": {"message": "rate limited", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
-            return "429 Too Many Requests", {"Retry-After": self.retry_after}, error
+            return "429 Too Many Requests", {} if self.retry_after is None else {"Retry-After": self.retry_after}, error
+        if fault == "unauthorized":
+            error = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}
+            return "401 Unauthorized", {}, error
+        if fault == "bad_request":
+            error = {"error": {"message": "context length exceeded", "type": "invalid_request_error", "code": "context_length_exceeded"}}
+            return "400 Bad Request", {}, error
         if fault == "server_error":
             return "500 Internal Server Error", {}, {"error": {"message": "boom", "type": "server_error"}}
         if fault == "timeout":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import threading
 from typing import Any
 
 CACHE_FORMAT = 1
@@ -33,6 +33,7 @@ class ResponseCache:
     def __init__(self, directory: str | os.PathLike):
         self.directory = os.fspath(directory)
         os.makedirs(self.directory, exist_ok=True)
+        self._shards: set[str] = set()
 
     def _path(self, key: str) -> str:
         return os.path.join(self.directory, key[:2], f"{key}.json")
@@ -49,10 +50,14 @@ class ResponseCache:
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
+        shard = os.path.dirname(path)
+        if shard not in self._shards:
+            os.makedirs(shard, exist_ok=True)
+            self._shards.add(shard)
+        # Unique per process and thread, so concurrent writers never share a temporary file.
+        temporary = os.path.join(shard, f".tmp-{os.getpid()}-{threading.get_ident()}-{key}")
         try:
-            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            with open(temporary, "w", encoding="utf-8") as handle:
                 json.dump(entry, handle, ensure_ascii=False)
             os.replace(temporary, path)
         except BaseException:
@@ -62,7 +67,7 @@ class ResponseCache:
 
     def __len__(self) -> int:
         return sum(
-            name.endswith(".json") and not name.startswith(".tmp-")
+            name.endswith(".json")
             for _, _, names in os.walk(self.directory)
             for name in names
         )

@@ -26,6 +26,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -102,6 +103,18 @@ def _classify(error: BaseException) -> str:
             return "retry"
         return "fail"
     return "retry"  # connection errors and other transport failures without a status
+
+
+def _shutdown(loop: asyncio.AbstractEventLoop, thread: threading.Thread, transport: Any) -> None:
+    if thread.is_alive():
+        try:
+            asyncio.run_coroutine_threadsafe(transport.aclose(), loop).result(10)
+        except Exception as error:  # closing is best effort
+            logger.debug("closing the judge transport failed: %s", error)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    if not thread.is_alive() and not loop.is_closed():
+        loop.close()
 
 
 class LiteLLMJudge:
@@ -186,6 +199,7 @@ class LiteLLMJudge:
         self._thread: threading.Thread | None = None
         self._semaphore: asyncio.Semaphore | None = None
         self._loop_lock = threading.Lock()
+        self._finalizer: weakref.finalize | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
             self.model, self.api_base, self.timeout, self.api_key_env, self.litellm_kwargs
@@ -216,7 +230,7 @@ class LiteLLMJudge:
 
     def __getstate__(self) -> dict[str, Any]:
         # The loop, thread and lock cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
-        runtime = {"stats", "_cache", "_loop", "_thread", "_semaphore", "_loop_lock", "_rng", "_transport", "_cache_params"}
+        runtime = {"stats", "_cache", "_loop", "_thread", "_semaphore", "_loop_lock", "_finalizer", "_rng", "_transport", "_cache_params"}
         return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -240,6 +254,8 @@ class LiteLLMJudge:
                 started.wait()
                 self._loop = loop
                 self._semaphore = None
+                # Also runs at interpreter exit or when the judge is garbage-collected without close().
+                self._finalizer = weakref.finalize(self, _shutdown, loop, self._thread, self._transport)
         return self._loop
 
     def run(self, coroutine_factory: Callable[[], Any]) -> Any:
@@ -257,19 +273,12 @@ class LiteLLMJudge:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine_factory(), loop))
 
     def close(self) -> None:
-        """Stop the background loop (a later request starts a new one)."""
+        """Close the transport and stop the background loop (a later request starts a new one)."""
         with self._loop_lock:
-            loop, thread = self._loop, self._thread
+            finalizer, self._finalizer = self._finalizer, None
             self._loop, self._thread, self._semaphore = None, None, None
-        if loop is not None and thread is not None and thread.is_alive():
-            try:
-                asyncio.run_coroutine_threadsafe(self._transport.aclose(), loop).result(10)
-            except Exception as error:  # closing is best effort
-                logger.debug("closing the judge transport failed: %s", error)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(10)
-            if not thread.is_alive():
-                loop.close()
+        if finalizer is not None:
+            finalizer()
 
     def __enter__(self) -> LiteLLMJudge:
         return self
@@ -332,8 +341,9 @@ class LiteLLMJudge:
             parsed = None if reply.text is None else parse(reply.text)
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
-                if self._cache is not None:
-                    self._cache.put(key, {"model": self.model, "content": reply.text, "created": time.time()})
+                if self._cache is not None:  # file I/O off the loop thread, so other requests keep flowing
+                    entry = {"model": self.model, "content": reply.text, "created": time.time()}
+                    await asyncio.get_running_loop().run_in_executor(None, self._cache.put, key, entry)
                 return parsed
             self.stats.add(unparseable=1)
             if not self.retry_unparseable or attempt == self.num_retries:

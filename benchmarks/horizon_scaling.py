@@ -1,0 +1,206 @@
+"""Figure 4 of the PPM paper on our stack: sparse GRPO vs trajectory- vs segment-level PPM as the horizon grows.
+
+Protocol (every run starts from the same cached SFT warm start, `ppm_trl.warmstart`, and uses `train_variant`
+from `ppm_trl.demo`, i.e. the real `GRPOTrainer` / `PPMGRPOTrainer`):
+
+1. Measure the warm start's sampled all-correct rate per horizon and pick three: `easy` (the largest n with
+   base ≥ 20%), `cliff` (the smallest n with base ≤ 3%) and `impossible` (the smallest n with base 0 beyond the
+   cliff); or pass `--horizons`.
+2. Tune: at the cliff, seed 0, every variant at every learning rate of `--lrs`; each variant keeps its best
+   (final all-correct, ties broken by per-sub-problem accuracy). An unfair learning rate can fake a gap.
+3. Run every horizon × variant × seed at the variant's best learning rate, same sample budget.
+4. Optionally (`--extra-variants papo arg`) run PAPO / ARG at the largest horizon, same budget.
+
+Reported: final all-correct and per-sub-problem accuracy (mean ± sample std over seeds), the samples each needs
+to reach `--target` all-correct (median over the seeds that reach it, and how many do), a markdown table and a
+plot. Runs are cached as JSON under `--output-dir/runs/`, so an interrupted invocation resumes where it stopped.
+
+    python benchmarks/horizon_scaling.py                    # ~1 h on 2 CPU cores
+    python benchmarks/horizon_scaling.py --quick            # CI smoke (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+from common import RESULTS, cached_run, markdown_table, mean_spread, samples_to_target
+
+from ppm_trl.demo import VARIANT_LABELS, RunSpec, find_cliff, train_variant
+from ppm_trl.envs import make_dataset
+from ppm_trl.warmstart import WarmStartSettings, warm_start
+
+ENV = "multi_add"
+
+
+def choose_horizons(model_path: str, candidates: list[int], eval_size: int) -> tuple[dict[str, int], dict]:
+    """{easy, cliff, impossible} horizons from the warm start's base rates (every candidate evaluated)."""
+    rates = {}
+    for n in candidates:
+        _, measured = find_cliff(model_path, ENV, [n], eval_size, threshold=-1.0)
+        rates[n] = measured[n]
+    easy = max((n for n in candidates if rates[n]["all_correct"] >= 0.2), default=min(candidates))
+    cliff = min((n for n in candidates if 0 < rates[n]["all_correct"] <= 0.03 and n > easy),
+                default=min((n for n in candidates if rates[n]["all_correct"] <= 0.03), default=max(candidates)))
+    impossible = min((n for n in candidates if rates[n]["all_correct"] == 0 and n > cliff), default=max(candidates))
+    return {"easy": easy, "cliff": cliff, "impossible": impossible}, rates
+
+
+def run(args, model_path: str, variant: str, n: int, lr: float, seed: int, eval_sets: dict) -> dict:
+    spec = RunSpec(variant=variant, n=n, learning_rate=lr, max_steps=args.steps, eval_every=args.eval_every,
+                   seed=seed)
+    path = os.path.join(args.output_dir, "runs", f"{variant}_n{n}_lr{lr:g}_s{seed}.json")
+
+    def compute():
+        started = time.time()
+        result = train_variant(model_path, spec, eval_sets[n], os.path.join(args.output_dir, "tmp"),
+                               progress=not args.no_progress)
+        print(f"  {variant:>10} n={n:<2} lr={lr:<7g} seed={seed}: all-correct "
+              f"{result['history'][0]['all_correct']:.3f} → {result['history'][-1]['all_correct']:.3f}, per-sub "
+              f"{result['history'][0]['per_subproblem']:.3f} → {result['history'][-1]['per_subproblem']:.3f} "
+              f"({time.time() - started:.0f}s)", flush=True)
+        return result
+
+    return cached_run(path, compute)
+
+
+def final(result: dict, key: str) -> float:
+    return result["history"][-1][key]
+
+
+def summarize(args, horizons: dict, rates: dict, best_lr: dict, tuning: dict, runs: dict) -> dict:
+    """Per (horizon, variant): final metrics mean ± std, samples-to-target; plus the markdown tables."""
+    rows, summary = [], {}
+    for label, n in horizons.items():
+        for variant in [v for v in VARIANT_LABELS if (n, v) in runs]:
+            results = runs[(n, variant)]
+            ac = mean_spread([final(r, "all_correct") for r in results])
+            ps = mean_spread([final(r, "per_subproblem") for r in results])
+            reached = [s for s in (samples_to_target(r["history"], args.target) for r in results) if s is not None]
+            median = statistics.median(reached) if reached else None
+            summary[f"{n}/{variant}"] = {"all_correct": ac, "per_subproblem": ps, "samples_to_target": median,
+                                         "seeds_reaching_target": len(reached), "seeds": len(results),
+                                         "lr": results[0]["spec"]["learning_rate"]}
+            base = rates.get(n, {})
+            rows.append([f"{n} ({label})", f"{base.get('all_correct', float('nan')):.3f} / "
+                         f"{base.get('per_subproblem', float('nan')):.3f}", VARIANT_LABELS[variant],
+                         f"{results[0]['spec']['learning_rate']:g}", f"{ac[0]:.3f} ± {ac[1]:.3f}",
+                         f"{ps[0]:.3f} ± {ps[1]:.3f}",
+                         f"{median:.0f} ({len(reached)}/{len(results)})" if median is not None
+                         else f"not reached (0/{len(results)})"])
+    table = markdown_table(["n", "warm start all-correct / per-sub", "variant", "lr", "final all-correct",
+                            "final per-sub-problem", f"samples to {args.target:g} all-correct (seeds)"], rows)
+    tune_rows = [[VARIANT_LABELS[v], f"{lr:g}", f"{final(r, 'all_correct'):.3f}", f"{final(r, 'per_subproblem'):.3f}",
+                  "best" if best_lr.get(v) == lr else ""] for (v, lr), r in sorted(tuning.items())]
+    tune_table = markdown_table(["variant", "lr", "final all-correct", "final per-sub", ""], tune_rows)
+    return {"summary": summary, "table": table, "tuning_table": tune_table}
+
+
+def plot(args, horizons: dict, runs: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(horizons), figsize=(4.2 * len(horizons), 7), squeeze=False)
+    for column, (label, n) in enumerate(horizons.items()):
+        for variant in [v for v in VARIANT_LABELS if (n, v) in runs]:
+            results = runs[(n, variant)]
+            samples = [h["samples"] for h in results[0]["history"]]
+            for row, key in enumerate(("all_correct", "per_subproblem")):
+                curves = [[h[key] for h in r["history"]] for r in results]
+                stats = [mean_spread(list(values)) for values in zip(*curves)]
+                mean = [m for m, _ in stats]
+                ax = axes[row, column]
+                ax.plot(samples, mean, marker="o", markersize=3, label=f"{VARIANT_LABELS[variant]} ({len(results)})")
+                ax.fill_between(samples, [m - s for m, s in stats], [m + s for m, s in stats], alpha=0.15)
+        axes[0, column].set_title(f"multi_add n={n} ({label})")
+        axes[0, column].axhline(args.target, color="gray", lw=0.6, ls=":")
+        for row, ylabel in enumerate(("all-correct (sampled)", "per-sub-problem accuracy")):
+            axes[row, column].set_xlabel("training samples")
+            axes[row, column].set_ylabel(ylabel)
+            axes[row, column].grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description="Sparse vs trajectory vs segment PPM across horizons (PPM Fig. 4)")
+    parser.add_argument("--horizons", type=int, nargs=3, default=None, metavar=("EASY", "CLIFF", "IMPOSSIBLE"))
+    parser.add_argument("--candidates", type=int, nargs="+", default=[2, 3, 4, 5, 6, 8, 10, 12, 14, 16])
+    parser.add_argument("--variants", nargs="+", default=["sparse", "trajectory", "segment"])
+    parser.add_argument("--extra-variants", nargs="*", default=[], help="e.g. papo arg: run at the largest n.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--lrs", type=float, nargs="+", default=[1e-4, 3e-4, 1e-3])
+    parser.add_argument("--steps", type=int, default=60, help="RL steps per run (64 samples each).")
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--eval-size", type=int, default=128)
+    parser.add_argument("--target", type=float, default=0.10)
+    parser.add_argument("--output-dir", default=os.path.join(RESULTS, "horizon_scaling"))
+    parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: tiny warm start, 2 steps, 1 seed, 1 lr.")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    settings = WarmStartSettings()
+    if args.quick:
+        settings = WarmStartSettings(horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8, hidden_size=32,
+                                     num_hidden_layers=1)
+        args.horizons, args.seeds, args.lrs, args.steps, args.eval_every, args.eval_size = [1, 2, 3], [0], [1e-4], 2, 1, 8
+        args.output_dir = args.output_dir + "_quick"
+    started = time.time()
+    model_path = warm_start(settings, cache_root=args.cache_dir, progress=not args.no_progress)
+    if args.horizons:
+        horizons = dict(zip(("easy", "cliff", "impossible"), args.horizons))
+        rates = {}
+        for n in args.horizons:
+            rates.update(find_cliff(model_path, ENV, [n], args.eval_size, threshold=-1.0)[1])
+    else:
+        horizons, rates = choose_horizons(model_path, args.candidates, args.eval_size)
+    print(f"horizons {horizons}", flush=True)
+    eval_sets = {n: make_dataset(ENV, n, args.eval_size, seed=90_000 + n) for n in horizons.values()}
+
+    tuning, best_lr = {}, {}
+    for variant in args.variants:
+        for lr in args.lrs:
+            tuning[(variant, lr)] = run(args, model_path, variant, horizons["cliff"], lr, args.seeds[0], eval_sets)
+        best_lr[variant] = max(args.lrs, key=lambda lr, v=variant: (final(tuning[(v, lr)], "all_correct"),
+                                                                  final(tuning[(v, lr)], "per_subproblem")))
+    print(f"best learning rates at the cliff: {best_lr}", flush=True)
+
+    runs: dict = {}
+    for label in ("cliff", "impossible", "easy"):
+        n = horizons[label]
+        for variant in args.variants:
+            runs[(n, variant)] = [run(args, model_path, variant, n, best_lr[variant], seed, eval_sets)
+                                  for seed in args.seeds]
+    largest = max(horizons.values())
+    for variant in args.extra_variants:
+        try:
+            runs[(largest, variant)] = [run(args, model_path, variant, largest, best_lr.get("sparse", args.lrs[0]),
+                                            seed, eval_sets) for seed in args.seeds]
+        except (ImportError, AttributeError, TypeError, ValueError) as error:  # trainer missing or not ready
+            print(f"  {variant}: skipped ({type(error).__name__}: {error})", flush=True)
+
+    report = summarize(args, horizons, rates, best_lr, tuning, runs)
+    plot_path = os.path.join(args.output_dir, "horizon_scaling.png")
+    plot(args, horizons, runs, plot_path)
+    report.update({"horizons": horizons, "base_rates": {str(k): v for k, v in rates.items()}, "best_lr": best_lr,
+                   "settings": vars(args), "warm_start": model_path, "plot": plot_path,
+                   "wall_seconds": time.time() - started})
+    with open(os.path.join(args.output_dir, "summary.json"), "w") as handle:
+        json.dump(report, handle, indent=2, default=str)
+    print("\n" + report["tuning_table"] + "\n\n" + report["table"], flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()

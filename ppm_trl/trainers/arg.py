@@ -1,0 +1,506 @@
+"""ARGTrainer: GRPO whose all-failure groups receive reference-guided trajectories (ARG paper §4, Alg. 1, App. E).
+
+A thin adapter (DESIGN.md) over two TRL hooks:
+1. `_generate_and_score_completions` stashes the dataset rows, because `_generate` only receives the prompts;
+2. `_generate`, after TRL generated the groups, scores them with the trainer's reward functions (gathered), finds the
+   all-failure groups, runs ONE batched forward pass for the reference surprisal of all of them, draws guidance
+   levels from the shared `PrefixSelector`, generates ALL continuations of the step in ONE call of the trainer's own
+   backend (HF generate, vLLM colocate or server), verifies them with the reward functions, accepts (§4.3) and
+   overwrites failed rows in place. TRL then recomputes masks, log-probs, rewards and advantages on the final groups.
+The selector is updated from gathered feedback, so it is identical on every rank, and is saved with every checkpoint.
+
+Multi-process: all-failure is decided on the gathered rewards; a group's rows must live on one process (checked at
+construction); every collective (reward gather, surprisal forward chunks, generation, feedback reduce) is called the
+same number of times on every rank, with dummy rows where a rank has less work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import textwrap
+from dataclasses import dataclass, field
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOTrainer
+from trl.chat_template_utils import parse_response
+from trl.data_utils import is_conversational
+from trl.models.utils import disable_gradient_checkpointing
+from trl.trainer.utils import pad
+
+from ..arg import (
+    Candidate,
+    PrefixSelector,
+    accept_candidates,
+    choose_replacement_rows,
+    continuation_feedback,
+    mean_feedback_per_level,
+    plan_reference_prefixes,
+    prefix_budget,
+)
+from ..configs import ARGConfig
+from ..rewards import last_boxed
+from .common import completion_text, log_metric
+
+logger = logging.getLogger(__name__)
+
+SELECTOR_STATE_FILE = "arg_selector_state.json"
+
+
+def reference_problem(reference, answer_marker: str = "\\boxed") -> str | None:
+    """Why `reference` cannot guide (None when it can): it must be a non-empty string ending in a final answer."""
+    if not isinstance(reference, str) or not reference.strip():
+        return f"expected a non-empty reference solution string, got {reference!r:.80}"
+    if answer_marker not in reference:
+        return f"the reference has no final answer marker {answer_marker!r} (App. E.1 drops such references)"
+    if answer_marker == "\\boxed":
+        boxed = last_boxed(reference)
+        if boxed is None or not boxed.strip():
+            return "the reference's last \\boxed{...} is unclosed or empty; it must end in the boxed final answer"
+    return None
+
+
+def check_references(dataset, answer_marker: str, skip_invalid: bool):
+    """The dataset, validated for ARG; with `skip_invalid` the invalid rows are dropped (returns dataset, count).
+
+    A missing `reference` column, or (without `skip_invalid`) a bad row, is a ValueError naming the row. Iterable
+    datasets are checked row by row during training instead.
+    """
+    if dataset is None:
+        raise ValueError("ARGTrainer needs a train_dataset with a `reference` column")
+    if isinstance(dataset, dict):
+        raise ValueError("ARGTrainer trains on one dataset; pass a single split as train_dataset, not a dict")
+    columns = getattr(dataset, "column_names", None) or []
+    if "reference" not in columns:
+        raise ValueError(
+            f"ARG needs a `reference` column (a reference solution ending in {answer_marker}{{answer}}) in the "
+            f"dataset; found columns {sorted(columns)}"
+        )
+    if not hasattr(dataset, "__len__"):
+        return dataset, 0
+    bad = []
+    for row, reference in enumerate(dataset["reference"]):
+        problem = reference_problem(reference, answer_marker)
+        if problem is not None:
+            if not skip_invalid:
+                raise ValueError(
+                    f"ARG: column `reference`, row {row}: {problem}. Fix the row or set "
+                    "arg_skip_invalid_references=True to skip such rows (counted)."
+                )
+            bad.append(row)
+    if not bad:
+        return dataset, 0
+    if len(bad) == len(dataset):
+        raise ValueError(f"ARG: all {len(bad)} rows have an invalid `reference`; nothing left to train on")
+    logger.warning(
+        "ARG: skipping %d of %d rows with an invalid `reference` (first rows: %s)", len(bad), len(dataset), bad[:10]
+    )
+    keep = sorted(set(range(len(dataset))) - set(bad))
+    return dataset.select(keep), len(bad)
+
+
+@dataclass
+class _FailedGroup:
+    """One all-failure group of this process and what guidance did for it."""
+
+    order: int  # position among the step's all-failure groups, in global order (same on every rank)
+    first_row: int  # local row index of the group's first row
+    reference: str
+    status: str = "fallback_only"  # guided | fallback_only | degenerate_surprisal | invalid_reference
+    levels: list[float] = field(default_factory=list)  # one per continuation
+    prefix_lens: list[int] = field(default_factory=list)
+    surprisal_ratios: list[float] = field(default_factory=list)  # S_t/S_0 at each continuation's cut
+    candidates: list[list[int]] = field(default_factory=list)  # completion ids: prefix + continuation
+    candidate_texts: list = field(default_factory=list)  # decoded like TRL's completions
+    correct: list[bool] = field(default_factory=list)
+    copies_reference: list[bool] = field(default_factory=list)
+    terminated: list[bool] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    fallback: bool = False
+    fallback_too_long: bool = False
+
+
+class ARGTrainer(GRPOTrainer):
+    """GRPO with Adaptive Reference Guidance for all-failure groups (ARG paper §4, Alg. 1, App. E).
+
+    Args:
+        Everything is `GRPOTrainer`'s; `args` must be an `ARGConfig`. The train dataset needs a `reference` column
+        (a solution ending in the boxed final answer). The FIRST reward function is the verifier: a row is correct
+        when its reward is > 0 (NaN = unscorable); e.g. `reward_funcs=[accuracy_reward, format_reward]` with
+        `reward_weights=[1, 0.2]` gives the paper's reward (App. E.3). Text-only, single-turn generation (no tools,
+        environments, `rollout_func` or vision inputs).
+
+    Deviations from the paper, each forced by TRL: inserted rows use TRL's ratio π_θ/π_θ_old, which is the paper's
+    "stopped current probability" ratio (exactly 1) whenever one policy update follows each generation (the paper's
+    setting, and TRL's default); with `num_iterations > 1` they are clipped like ordinary rows. TRL's advantage
+    stabiliser is 1e-4 where the paper uses 1e-6 (eq. 28).
+    """
+
+    _tag_names = ["trl", "grpo", "arg", "ppm-trl"]
+    _name = "ARG"
+    _paper = {
+        "title": "Balancing Reference Guidance and Free Generation in Trajectory Rollouts for Reasoning RL",
+        "id": "2610.11128",
+        "citation": textwrap.dedent(
+            """\
+            @article{wang2026balancing,
+                title        = {{Balancing Reference Guidance and Free Generation in Trajectory Rollouts for Reasoning RL}},
+                author       = {Hanyu Wang and Nakul Agarwal and Hossein Nourkhiz Mahjoub and Ehsan Moradi Pari and Makoto Fukushima and Jinghui Chen and Vaishnav Tadiparthi},
+                year         = 2026,
+                eprint       = {arXiv:2610.11128}
+            }"""
+        ),
+    }
+
+    def __init__(self, model, reward_funcs, args: ARGConfig | None = None, train_dataset=None, **kwargs):
+        if args is None:
+            raise ValueError("ARGTrainer needs an ARGConfig (`args=ARGConfig(...)`)")
+        if not isinstance(args, ARGConfig):
+            raise TypeError(f"ARGTrainer needs an ARGConfig, got {type(args).__name__}")
+        local_rows = args.per_device_train_batch_size * args.steps_per_generation
+        if local_rows % args.num_generations != 0:
+            raise ValueError(
+                f"ARG replaces rows of a group on the process that holds it, so every group must live on one process: "
+                f"per_device_train_batch_size * steps_per_generation = {local_rows} must be a multiple of "
+                f"num_generations = {args.num_generations}"
+            )
+        if not reward_funcs:
+            raise ValueError("ARGTrainer needs reward functions; the first one is the verifier (correct = reward > 0)")
+        for name in ("rollout_func", "environment_factory", "tools"):
+            if kwargs.get(name):
+                raise ValueError(f"ARGTrainer supports single-turn text generation only; `{name}` is not supported")
+        train_dataset, self.arg_skipped_references = check_references(
+            train_dataset, args.arg_answer_marker, args.arg_skip_invalid_references
+        )
+        self.prefix_selector = PrefixSelector(
+            args.arg_levels, args.arg_selector_epsilon, args.arg_selector_lr, args.arg_baseline_rate, args.arg_seed
+        )
+        self._arg_inputs = None
+        self._reference_tokens = {}  # reference text → (token ids, character offsets)
+        self._replacement_calls = (None, 0)  # (global step, generations in it): seeds the replacement positions
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        if self._is_vlm:
+            raise ValueError("ARGTrainer supports text-only models; got a multimodal processor")
+        if args.arg_mode == "arg" and not getattr(self._tokenizer, "is_fast", False):
+            raise ValueError("ARG snaps prefixes with the tokenizer's offset_mapping, which needs a fast tokenizer")
+
+    # ------------------------------------------------------------------------------------------- TRL hooks
+    def _generate_and_score_completions(self, inputs):
+        self._arg_inputs = inputs  # `_generate` only receives the prompts; references live in the rows
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self._arg_inputs = None
+
+    def _generate(self, prompts):
+        output = super()._generate(prompts)
+        if not self.model.training:  # evaluation: no guidance (paper App. E.4)
+            return output
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images = output
+        completion_ids, completions = list(completion_ids), list(completions)
+        logprobs = None if logprobs is None else list(logprobs)
+        self._guide_failed_groups(prompts, prompt_ids, completion_ids, completions, logprobs)
+        return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images
+
+    def _save_checkpoint(self, model, trial):
+        # Written before super(), which may push the checkpoint to the Hub and rotate old ones.
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, SELECTOR_STATE_FILE), "w") as f:
+                json.dump(self.prefix_selector.state_dict(), f)
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, SELECTOR_STATE_FILE)
+        if not os.path.exists(path):
+            logger.warning("ARG: %s has no %s; the prefix selector starts fresh", checkpoint, SELECTOR_STATE_FILE)
+            return
+        with open(path) as f:
+            self.prefix_selector.load_state_dict(json.load(f))
+
+    # ------------------------------------------------------------------------------------------ Algorithm 1
+    def _guide_failed_groups(self, prompts, prompt_ids, completion_ids, completions, logprobs) -> None:
+        """Alg. 1 lines 4–18 for this generation batch; overwrites failed rows of the lists in place."""
+        args, group_size = self.args, self.num_generations
+        rewards = self._calculate_rewards(self._arg_inputs, prompts, completions, completion_ids)
+        self._discard_pending_reward_logs()  # TRL scores the final rows again and logs those
+        verdict = rewards[:, 0]
+        scored = ~torch.isnan(verdict)
+        failed = (scored & (verdict <= 0)).view(-1, group_size).all(dim=1)  # every row scored and incorrect
+        unscorable = (~scored).view(-1, group_size).any(dim=1) & ~(verdict > 0).view(-1, group_size).any(dim=1)
+        groups_per_rank = len(prompts) // group_size
+        first_group = self.accelerator.process_index * groups_per_rank
+        failed_ids = failed.nonzero().flatten().tolist()
+        groups = []
+        for order, group_index in enumerate(failed_ids):
+            if first_group <= group_index < first_group + groups_per_rank:
+                first_row = (group_index - first_group) * group_size
+                groups.append(_FailedGroup(order, first_row, self._arg_inputs[first_row].get("reference")))
+        for group in groups:
+            if reference_problem(group.reference, args.arg_answer_marker) is not None:
+                if not args.arg_skip_invalid_references:
+                    raise ValueError(
+                        f"ARG: reference {group.reference!r:.80} of a training row is invalid: "
+                        f"{reference_problem(group.reference, args.arg_answer_marker)}"
+                    )
+                group.status = "invalid_reference"
+        if failed_ids:  # the same on every rank: decided on the gathered rewards
+            max_local_groups = int(failed.view(-1, groups_per_rank).sum(dim=1).max())
+            if args.arg_mode == "arg":
+                self._plan_guided_prefixes(groups, prompt_ids, len(failed_ids), max_local_groups)
+            elif args.arg_mode == "resampling":
+                for group in groups:
+                    if group.status != "invalid_reference":
+                        group.status = "guided"
+                        group.levels = [1.0] * args.arg_num_continuations
+                        group.prefix_lens = [0] * args.arg_num_continuations
+                        group.surprisal_ratios = [1.0] * args.arg_num_continuations
+            if args.arg_mode != "reference_insertion":
+                self._continue_and_verify(groups, prompts, prompt_ids)
+            self._accept_and_replace(groups, prompts, prompt_ids, completion_ids, completions, logprobs)
+        self._update_selector_and_log(groups, len(failed_ids), int(unscorable.sum()))
+
+    def _plan_guided_prefixes(self, groups, prompt_ids, num_failed: int, max_local_groups: int) -> None:
+        """Reference surprisal (one forward pass) → K levels from the selector → snapped prefixes (§4.1, E.2)."""
+        args = self.args
+        k = args.arg_num_continuations
+        # Every rank draws levels for every failed group of the step, so the selector's generator stays in sync.
+        levels = self.prefix_selector.sample(k * num_failed)
+        usable = [g for g in groups if g.status != "invalid_reference"]
+        references = [self._tokenize_reference(g.reference) for g in usable]
+        logprobs = self._reference_logprobs(
+            [(prompt_ids[g.first_row], ids) for g, (ids, _) in zip(usable, references)], prompt_ids[0], max_local_groups
+        )
+        budget = prefix_budget(args.max_completion_length, args.arg_min_continuation_tokens)
+        for group, (_, offsets), token_logprobs in zip(usable, references, logprobs):
+            total = -float(token_logprobs.sum())
+            if not 0.0 < total < float("inf"):  # Alg. 1 line 6: no continuations, reference fallback
+                group.status = "degenerate_surprisal"
+                continue
+            plan = plan_reference_prefixes(
+                token_logprobs, self.prefix_selector.levels, group.reference, offsets, args.arg_answer_marker, budget
+            )
+            group.status = "guided"
+            group.levels = levels[group.order * k : (group.order + 1) * k]
+            group.prefix_lens = [plan[level].prefix_len for level in group.levels]
+            group.surprisal_ratios = [plan[level].surprisal_ratio for level in group.levels]
+
+    def _continue_and_verify(self, groups, prompts, prompt_ids) -> None:
+        """All continuations of the step in ONE generation call (every rank calls it), verified by the reward funcs."""
+        inputs, budget_total = self._arg_inputs, self.args.max_completion_length
+        rows, owners = [], []  # generation prompts and (group, prefix ids, budget) per row
+        for group in groups:
+            if group.status != "guided":
+                continue
+            reference_ids = self._tokenize_reference(group.reference)[0]
+            for prefix_len in group.prefix_lens:
+                prefix = reference_ids[:prefix_len]
+                rows.append(list(prompt_ids[group.first_row]) + prefix)
+                owners.append((group, prefix, budget_total - prefix_len))
+        device = self.accelerator.device
+        num_rows = int(self.accelerator.reduce(torch.tensor(len(rows), device=device), reduction="max"))
+        if num_rows == 0:
+            return
+        # Dummy rows (this rank's first prompt) keep generation and reward gathering symmetric across ranks.
+        rows += [list(prompt_ids[0])] * (num_rows - len(rows))
+        generated, _ = self._generate_single_turn(rows, None, {}, 1)
+        candidate_ids, row_prompts, row_inputs, row_prompt_ids = [], [], [], []
+        for index, ids in enumerate(generated):
+            ids = list(ids)
+            if index < len(owners):
+                group, prefix, budget = owners[index]
+                # One call generates up to the full budget; cutting a row to its own budget afterwards is the same
+                # distribution as generating with max_new_tokens = budget (prefix + continuation ≤ budget_total).
+                candidate_ids.append(prefix + ids[:budget])
+                row = group.first_row
+            else:
+                candidate_ids.append(ids[:budget_total])
+                row = 0
+            row_prompts.append(prompts[row])
+            row_inputs.append(inputs[row])
+            row_prompt_ids.append(prompt_ids[row])
+        texts = self._decode(row_prompts, row_prompt_ids, candidate_ids)
+        rewards = self._calculate_rewards(row_inputs, row_prompts, texts, candidate_ids)  # collective, gathered
+        self._discard_pending_reward_logs()
+        start = self.accelerator.process_index * num_rows
+        verdict = rewards[start : start + num_rows, 0].cpu()
+        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        for index, (group, _, _) in enumerate(owners):
+            group.candidates.append(candidate_ids[index])
+            group.candidate_texts.append(texts[index])
+            group.correct.append(bool(verdict[index] > 0))
+            group.copies_reference.append(completion_text(texts[index]).strip() == group.reference.strip())
+            group.terminated.append(bool(candidate_ids[index]) and candidate_ids[index][-1] in stop_ids)
+
+    def _accept_and_replace(self, groups, prompts, prompt_ids, completion_ids, completions, logprobs) -> None:
+        """§4.3: accept candidates (else the reference once), each replacing a failure at a uniform position."""
+        args = self.args
+        generator = self._replacement_generator()
+        inserts = []  # (group, completion ids, decoded completion or None for the fallback)
+        for group in groups:
+            if group.status == "invalid_reference":
+                continue
+            candidates = [
+                # A truncated candidate would be masked out of the loss: it cannot fill a slot then.
+                Candidate(correct and (done or not self.mask_truncated_completions), copy, prefix_len)
+                for correct, copy, done, prefix_len in zip(
+                    group.correct, group.copies_reference, group.terminated, group.prefix_lens
+                )
+            ]
+            group.accepted = accept_candidates(
+                candidates, args.arg_max_accepted, args.arg_max_empty_prefix, args.arg_max_guided
+            )
+            chosen = [(group.candidates[i], group.candidate_texts[i]) for i in group.accepted]
+            if not chosen and args.arg_mode != "resampling":
+                reference_ids = self._tokenize_reference(group.reference)[0] + [self._eos_token_id()]
+                if len(reference_ids) <= args.max_completion_length:
+                    group.fallback = True
+                    chosen = [(reference_ids, None)]
+                else:  # inserting it cut would lose its boxed answer: skip, counted
+                    group.fallback_too_long = True
+            positions = choose_replacement_rows(self.num_generations, len(chosen), generator)
+            inserts += [(group.first_row + position, ids, text) for (ids, text), position in zip(chosen, positions)]
+        if not inserts:
+            return
+        missing = [(row, ids) for row, ids, text in inserts if text is None]
+        decoded = self._decode([prompts[row] for row, _ in missing], [prompt_ids[row] for row, _ in missing],
+                               [ids for _, ids in missing])
+        decoded_by_row = {row: text for (row, _), text in zip(missing, decoded)}
+        for row, ids, text in inserts:
+            completion_ids[row] = ids
+            completions[row] = text if text is not None else decoded_by_row[row]
+            if logprobs is not None:  # unknown sampling log-probs → NaN → vLLM IS ratio 1 (never 0.0)
+                logprobs[row] = [None] * len(ids)
+
+    def _update_selector_and_log(self, groups, num_failed: int, num_unscorable: int) -> None:
+        """Gather every continuation's feedback (one reduce), update the selector identically on every rank, log."""
+        args, k = self.args, self.args.arg_num_continuations
+        levels_all = list(self.prefix_selector.levels)
+        if args.arg_mode == "resampling" and 1.0 not in levels_all:
+            levels_all.append(1.0)  # resampling continues from the empty prefix only, whatever the selector's levels
+        # Per failed group: [W_1..W_K | has_1..has_K | success_1..K | accepted_1..K | level index_1..K | counters]
+        counters = ("guided", "fallback", "fallback_too_long", "degenerate_surprisal", "invalid_reference", "inserted")
+        width = 5 * k + len(counters)
+        table = torch.zeros(max(num_failed, 1), width, dtype=torch.float32, device=self.accelerator.device)
+        for group in groups:
+            row = table[group.order]
+            for j, level in enumerate(group.levels[: len(group.correct)]):
+                success = group.correct[j] and not group.copies_reference[j]
+                row[j] = continuation_feedback(
+                    group.correct[j], group.copies_reference[j], group.surprisal_ratios[j], args.surprisal_weighting
+                )
+                row[k + j], row[2 * k + j] = 1.0, float(success)
+                row[3 * k + j] = float(j in group.accepted)
+                row[4 * k + j] = levels_all.index(level)
+            flags = (group.status == "guided", group.fallback, group.fallback_too_long,
+                     group.status == "degenerate_surprisal", group.status == "invalid_reference",
+                     len(group.accepted) + int(group.fallback))
+            row[5 * k :] = torch.tensor(flags, dtype=torch.float32)
+        table = self.accelerator.reduce(table, reduction="sum").cpu()[:num_failed]  # one collective per step
+
+        has = table[:, k : 2 * k] > 0
+        levels = [levels_all[int(i)] for i in table[:, 4 * k : 5 * k][has].tolist()]
+        feedback = table[:, :k][has].tolist()
+        if args.arg_mode == "arg" and feedback:  # eq. 12 then eq. 18, b fixed during the batch
+            self.prefix_selector.update(levels, feedback)
+
+        totals = dict(zip(counters, table[:, 5 * k :].sum(dim=0).tolist()))
+        accepted_groups = int(((table[:, 3 * k : 4 * k] * table[:, k : 2 * k]).sum(dim=1) > 0).sum())
+        log_metric(self, "arg/all_failure_groups", num_failed)
+        log_metric(self, "arg/unscorable_groups", num_unscorable)
+        log_metric(self, "arg/guided_groups", totals["guided"])
+        log_metric(self, "arg/groups_with_accepted", accepted_groups)
+        log_metric(self, "arg/fallback_groups", totals["fallback"])
+        log_metric(self, "arg/fallback_too_long", totals["fallback_too_long"])
+        log_metric(self, "arg/degenerate_surprisal_groups", totals["degenerate_surprisal"])
+        log_metric(self, "arg/invalid_reference_groups", totals["invalid_reference"])
+        log_metric(self, "arg/inserted_rows", totals["inserted"])
+        log_metric(self, "arg/continuations", len(levels))
+        success = table[:, 2 * k : 3 * k][has].tolist()
+        accepted = table[:, 3 * k : 4 * k][has].tolist()
+        mean_feedback = mean_feedback_per_level(levels, feedback, levels_all)
+        for level in levels_all:
+            picked = [i for i, value in enumerate(levels) if value == level]
+            name = f"alpha_{level:g}"
+            if picked:  # a level without continuations this step has no rate (not 0)
+                log_metric(self, f"arg/success_rate/{name}", sum(success[i] for i in picked) / len(picked))
+                log_metric(self, f"arg/acceptance_rate/{name}", sum(accepted[i] for i in picked) / len(picked))
+                log_metric(self, f"arg/mean_feedback/{name}", mean_feedback[level])
+        for level, prob in zip(levels_all, self.prefix_selector.probs().tolist()):
+            log_metric(self, f"arg/selector_prob/alpha_{level:g}", prob)
+        log_metric(self, "arg/selector_baseline", self.prefix_selector.baseline)
+
+    # ---------------------------------------------------------------------------------------------- pieces
+    def _reference_logprobs(self, rows, dummy_prompt, num_rows: int) -> list[torch.Tensor]:
+        """Per-token log π(r_j | x, r_<j) of each (prompt ids, reference ids) row: one batched no-grad forward.
+
+        Padded with dummy rows to `num_rows` (the most failed groups any rank holds), so that every rank runs the
+        same number of forward chunks (ZeRO-3 gathers parameters inside each). Temperature-scaled, like sampling.
+        """
+        if num_rows == 0:
+            return []
+        padded = rows + [(dummy_prompt, [self._eos_token_id()])] * (num_rows - len(rows))
+        pad_id, device = self._tokenizer.pad_token_id, self.accelerator.device
+        prompts = [torch.tensor(list(p), dtype=torch.long) for p, _ in padded]
+        references = [torch.tensor(list(r), dtype=torch.long) for _, r in padded]
+        input_ids = torch.cat(
+            [pad(prompts, padding_value=pad_id, padding_side="left"),
+             pad(references, padding_value=pad_id, padding_side="right")], dim=1,
+        ).to(device)
+        attention_mask = torch.cat(
+            [pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left"),
+             pad([torch.ones_like(r) for r in references], padding_value=0, padding_side="right")], dim=1,
+        ).to(device)
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, max(len(r) for r in references),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        return [logps[i, : len(reference)].detach().double().cpu() for i, (_, reference) in enumerate(rows)]
+
+    def _tokenize_reference(self, reference: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Reference token ids (no special tokens) and their character offsets, cached per reference text."""
+        if reference not in self._reference_tokens:
+            encoded = self._tokenizer(
+                reference, add_special_tokens=False, return_offsets_mapping=self._tokenizer.is_fast
+            )
+            offsets = encoded.get("offset_mapping") or []
+            self._reference_tokens[reference] = (list(encoded["input_ids"]), [tuple(o) for o in offsets])
+        return self._reference_tokens[reference]
+
+    def _decode(self, prompts, prompt_ids, completion_ids) -> list:
+        """Completions decoded exactly as TRL's `_generate` decodes its own (conversational or plain)."""
+        if not completion_ids:
+            return []
+        if is_conversational({"prompt": prompts[0]}):
+            if getattr(self._tokenizer, "response_template", None) is not None or getattr(
+                self._tokenizer, "response_schema", None
+            ) is not None:
+                return [[parse_response(self._tokenizer, ids, prefix=list(p), tools=self.tools)]
+                        for ids, p in zip(completion_ids, prompt_ids)]
+            contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+            return [[{"role": "assistant", "content": content}] for content in contents]
+        return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+
+    def _eos_token_id(self) -> int:
+        eos = self._tokenizer.eos_token_id
+        return eos if eos in self.eos_token_ids else self.eos_token_ids[0]
+
+    def _discard_pending_reward_logs(self) -> None:
+        """An early `_calculate_rewards` call queues reward-function logs that TRL would log twice: drop them."""
+        self._pending_extra_logs.clear()
+        self._pending_metrics.clear()
+
+    def _replacement_generator(self) -> torch.Generator:
+        """Per-rank generator for the uniform replacement positions, reproducible across resumes (no saved state)."""
+        step, calls = self._replacement_calls
+        calls = calls + 1 if step == self.state.global_step else 0
+        self._replacement_calls = (self.state.global_step, calls)
+        seed = ((self.args.arg_seed * 1_000_003 + self.state.global_step) * 1_009 + calls) * 131
+        return torch.Generator().manual_seed(seed + self.accelerator.process_index)

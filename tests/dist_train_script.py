@@ -1,0 +1,269 @@
+"""The script tests/test_distributed.py launches on 2 CPU processes (DDP/gloo or DeepSpeed ZeRO-3), and runs in-process
+for the one-process reference.
+
+    accelerate launch --config_file configs/accelerate/cpu_zero3.yaml tests/dist_train_script.py \
+        --out DIR --jobs real:ppm,real:papo,scripted:ppm:2
+
+Jobs run one after another in the same processes (imports are most of the cost), and each rank writes
+`DIR/<job>.rank<r>.json`:
+* `real:<method>`: 2 optimizer steps with real HF generation on the tiny model. Under ZeRO-3 a callback checks at
+  every step that EVERY parameter is partitioned (`numel() == 0` locally, `ds_numel > 0`), so generation (TRL's
+  gathering), ARG's surprisal forward and continuations, and the loss all ran on sharded parameters.
+* `scripted:<method>:<per_device_batch>`: 1 step whose completions are scripted by the row's position in its group
+  (so any process layout sees the same global batch), with a deterministic scorer; dumps every row's advantages
+  under its GLOBAL row index, to compare against one process (`per_device_batch` 2 with G = 4 on 2 processes puts
+  one group across both ranks).
+A job that fails raises: the launcher then stops every rank (a caught error would leave the other rank waiting in a
+collective).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+G = 4  # generations per prompt in every job
+REAL_STEPS = 2
+METHODS = ("ppm", "papo", "arg")
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _common_args(output_dir: str, per_device: int, max_steps: int, max_completion_length: int) -> dict:
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"  # set by accelerate launch
+    return dict(
+        output_dir=output_dir,
+        # DDP on CPU needs `use_cpu` (accelerate then picks MULTI_CPU + gloo); DeepSpeed must NOT have it (the Trainer
+        # would size the DeepSpeed batch for one process) and falls back to CPU by itself.
+        use_cpu=not deepspeed,
+        ddp_backend="gloo" if _world_size() > 1 else None,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=per_device,
+        num_generations=G,
+        max_completion_length=max_completion_length,
+        max_steps=max_steps,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def build(method: str, output_dir: str, per_device: int, max_steps: int, max_completion_length: int,
+          scorer=None, reward=None, env_n: int = 2, dataset_size: int = 16):
+    """A trainer of `method` on the tiny model and the multi_countdown env (env outcome reward by default)."""
+    from ppm_trl.envs import make_dataset
+    from ppm_trl.rewards import env_outcome_reward
+    from ppm_trl.tiny import build_tiny_model_and_tokenizer
+
+    args = _common_args(output_dir, per_device, max_steps, max_completion_length)
+    dataset = make_dataset("multi_countdown", env_n, dataset_size, seed=0)
+    model, tokenizer = build_tiny_model_and_tokenizer(seed=0)
+    kwargs = dict(model=model, processing_class=tokenizer, reward_funcs=reward or env_outcome_reward,
+                  train_dataset=dataset)
+    if method == "ppm":
+        from ppm_trl.configs import PPMConfig
+        from ppm_trl.trainers.ppm import PPMGRPOTrainer
+
+        config = PPMConfig(num_segments=4, learning_rate=1e-4, **args)
+        return PPMGRPOTrainer(args=config, progress_scorer=scorer, **kwargs), dataset
+    if method == "papo":
+        from ppm_trl.configs import PAPOConfig
+        from ppm_trl.trainers.papo import PAPOTrainer
+
+        config = PAPOConfig(learning_rate=1e-4, **args)
+        return PAPOTrainer(args=config, process_scorer=scorer, **kwargs), dataset
+    if method == "arg":
+        from ppm_trl import ARGConfig, ARGTrainer  # ppm_trl.trainers.arg
+
+        config = ARGConfig(learning_rate=1e-4, arg_num_continuations=4, **args)
+        return ARGTrainer(args=config, **kwargs), dataset
+    raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
+
+
+# ----------------------------------------------------------------------------------------------- instrumentation
+def capture_outputs(trainer) -> list[dict]:
+    """Record (a detached copy of) every dict `_generate_and_score_completions` returns, before TRL shuffles it."""
+    outputs = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        out = original(inputs)
+        outputs.append({k: v.detach().cpu().clone() if torch.is_tensor(v) else v for k, v in out.items()})
+        return out
+
+    trainer._generate_and_score_completions = spy
+    return outputs
+
+
+def partition_report(module) -> dict:
+    """How many parameters DeepSpeed ZeRO-3 has sharded away from this rank (numel 0 here, ds_numel > 0)."""
+    params = list(module.parameters())
+    sharded = [p for p in params if hasattr(p, "ds_numel") and p.numel() == 0 and p.ds_numel > 0]
+    return {"params": len(params), "sharded": len(sharded), "ds_numel": int(sum(p.ds_numel for p in sharded))}
+
+
+def _partition_callback(trainer, reports: list):
+    from transformers import TrainerCallback
+
+    class PartitionProbe(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            reports.append({"step": state.global_step, **partition_report(trainer.model)})
+
+    return PartitionProbe()
+
+
+def completion_for_position(reference: str, position: int) -> str:
+    """The scripted completion of group member `position` (0..G-1) for a multi_countdown problem."""
+    first_line = reference.split("\n")[0] + "\n"
+    return {
+        0: reference,  # correct, every point
+        1: first_line,  # point 1 only, incorrect
+        2: "Let me solve.\n" + reference,  # correct, every point
+        3: "no idea",  # nothing
+    }[position % G]
+
+
+def script_by_group_position(trainer, dataset) -> None:
+    """Replace generation: a row's completion depends only on its prompt and its GLOBAL position in the batch."""
+    tokenizer = trainer.processing_class
+    references = {row["prompt"][0]["content"]: row["reference"] for row in dataset}
+
+    def reference_of(prompt_text: str) -> str:
+        matches = [ref for content, ref in references.items() if content in prompt_text]
+        if len(matches) != 1:
+            raise AssertionError(f"prompt matches {len(matches)} dataset rows: {prompt_text[:80]!r}")
+        return matches[0]
+
+    def scripted(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        first_global_row = trainer.accelerator.process_index * len(prompt_ids)
+        completions = []
+        for index, ids in enumerate(prompt_ids):
+            text = completion_for_position(reference_of(tokenizer.decode(ids)), first_global_row + index)
+            completions.append(tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
+        return completions, None
+
+    trainer._generate_single_turn = scripted
+
+
+def process_score(rows, texts) -> list[float]:
+    """Deterministic PAPO process scorer: a correct response that rambles first gets half credit."""
+    return [0.5 if text.startswith("Let me") else 1.0 for text in texts]
+
+
+# The untrained tiny model never solves a task, so with the env's own scores every advantage of a real run would be
+# 0 and nothing would train. These give sampled text a varied (deterministic) score instead; ARG keeps the env
+# reward: all-failure groups are exactly what triggers its surprisal pass and continuations.
+def distinct_bytes_progress(rows, texts) -> torch.Tensor:
+    """PPM progress m_k: distinct characters in prefix k / 32 (grows with the prefix, in [0, 1])."""
+    return torch.tensor([[min(1.0, len(set(text)) / 32) for text in prefixes] for prefixes in texts])
+
+
+def distinct_bytes_process(rows, texts) -> list[float]:
+    return [min(1.0, len(set(text)) / 32) for text in texts]
+
+
+def parity_outcome_reward(completions, **kwargs) -> list[float]:
+    """A coin-flip-like outcome: 1 when the completion has an even number of distinct characters."""
+    return [float(len(set(c[0]["content"])) % 2 == 0) for c in completions]
+
+
+REAL_RUN_SCORING = {
+    "ppm": dict(scorer=distinct_bytes_progress),
+    "papo": dict(scorer=distinct_bytes_process, reward=parity_outcome_reward),
+    "arg": {},
+}
+
+
+# ------------------------------------------------------------------------------------------------------ jobs
+def run_real(method: str, out_dir: str) -> dict:
+    length = 64 if method == "arg" else 32  # ARG's fallback reference (~50 tokens) must fit the budget
+    trainer, _ = build(method, os.path.join(out_dir, f"real_{method}"), per_device=G, max_steps=REAL_STEPS,
+                       max_completion_length=length, **REAL_RUN_SCORING[method])
+    outputs = capture_outputs(trainer)
+    partitions: list[dict] = []
+    trainer.add_callback(_partition_callback(trainer, partitions))
+    result = trainer.train()
+    advantages = [out["advantages"] for out in outputs]
+    metrics = {k: v for entry in trainer.state.log_history for k, v in entry.items() if isinstance(v, (int, float))}
+    return {
+        "global_step": result.global_step,
+        "train_loss": result.training_loss,
+        "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e],
+        "grad_norms": [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e],
+        "deepspeed": trainer.is_deepspeed_enabled,
+        "num_processes": trainer.accelerator.num_processes,
+        "partitions": partitions,
+        "advantage_shapes": [list(a.shape) for a in advantages],
+        "completion_shapes": [list(out["completion_ids"].shape) for out in outputs],
+        "advantages_finite": all(bool(torch.isfinite(a).all()) for a in advantages),
+        "metrics": metrics,
+    }
+
+
+def run_scripted(method: str, per_device: int, out_dir: str) -> dict:
+    """One step of scripted completions; every row's advantages (masked tokens only) under its global index."""
+    scorer = process_score if method == "papo" else None
+    trainer, dataset = build(method, os.path.join(out_dir, f"scripted_{method}_{per_device}"),
+                             per_device=per_device, max_steps=1, max_completion_length=64, scorer=scorer)
+    script_by_group_position(trainer, dataset)
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    out = outputs[0]
+    rank, rows = trainer.accelerator.process_index, out["completion_ids"].shape[0]
+    mask = out["completion_mask"].bool() if out["advantages"].dim() == 2 else None
+    dumped = {}
+    for i in range(rows):
+        advantage = out["advantages"][i]
+        values = advantage[: int(out["completion_mask"][i].sum())] if mask is not None else advantage.reshape(1)
+        ids = out["completion_ids"][i][out["completion_ids"][i] != trainer.processing_class.pad_token_id]
+        dumped[str(rank * rows + i)] = {
+            "advantages": values.tolist(),
+            "advantage_shape": list(advantage.shape),
+            "completion": trainer.processing_class.decode(ids, skip_special_tokens=True),
+            "prompt": trainer.processing_class.decode(out["prompt_ids"][i], skip_special_tokens=True),
+        }
+    return {"rows": dumped, "advantages_dim": out["advantages"].dim(), "num_processes": trainer.accelerator.num_processes}
+
+
+def run_job(job: str, out_dir: str) -> dict:
+    parts = job.split(":")
+    if parts[0] == "real" and len(parts) == 2:
+        return run_real(parts[1], out_dir)
+    if parts[0] == "scripted" and len(parts) == 3:
+        return run_scripted(parts[1], int(parts[2]), out_dir)
+    raise ValueError(f"unknown job {job!r}; accepted: real:<method>, scripted:<method>:<per_device_batch>")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="Directory for the per-rank JSON results.")
+    parser.add_argument("--jobs", required=True, help="Comma-separated jobs, run in order.")
+    args = parser.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    rank = int(os.environ.get("RANK", "0"))
+    for job in args.jobs.split(","):
+        result = run_job(job, args.out)
+        path = os.path.join(args.out, f"{job.replace(':', '_')}.rank{rank}.json")
+        with open(path, "w") as f:
+            json.dump(result, f)
+        print(f"dist_train_script: {job} done on rank {rank}", flush=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The demo pipeline end to end in smoke size, the warm-start cache, and the success metrics' counting."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ppm_trl import warmstart
+from ppm_trl.demo import RunSpec, main
+from ppm_trl.envs import make_dataset
+
+
+def test_quick_demo_writes_results_plot_and_a_loadable_checkpoint(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "demo"
+    summary = main(["--quick", "--output-dir", str(out), "--cache-dir", str(tmp_path / "cache")])
+    assert summary["n"] == 2
+    assert [run["spec"]["variant"] for run in summary["runs"]] == ["segment", "sparse"]
+    for run in summary["runs"]:
+        history = run["history"]
+        # Step 0 (before training) plus one evaluation per step; samples = steps · 8 prompts · G = 8.
+        assert [h["step"] for h in history] == [0, 1, 2]
+        assert [h["samples"] for h in history] == [0, 64, 128]
+        # An all-correct answer has every sub-problem right, so the rate can never exceed per-sub-problem accuracy.
+        assert all(0.0 <= h["all_correct"] <= h["per_subproblem"] + 1e-9 <= 1.0 + 1e-9 for h in history)
+    assert os.path.getsize(out / "success_vs_samples.png") > 1000
+    assert json.loads((out / "results.json").read_text())["n"] == 2
+    model = AutoModelForCausalLM.from_pretrained(out / "ppm_model")
+    tokenizer = AutoTokenizer.from_pretrained(out / "ppm_model")
+    assert model.config.hidden_size == 32 and tokenizer.eos_token == "<|im_end|>"
+
+
+def test_warm_start_is_cached_by_settings(tmp_path):
+    settings = warmstart.WarmStartSettings(horizons=(1,), num_examples=8, max_steps=1, batch_size=4,
+                                           hidden_size=32, num_hidden_layers=1)
+    path = warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False)
+    stamp = os.path.getmtime(os.path.join(path, "warmstart.json"))
+    assert warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False) == path
+    assert os.path.getmtime(os.path.join(path, "warmstart.json")) == stamp  # not retrained
+    other = warmstart.WarmStartSettings(horizons=(1,), num_examples=8, max_steps=2, batch_size=4,
+                                        hidden_size=32, num_hidden_layers=1)
+    assert other.key() != settings.key()
+
+
+def test_evaluate_policy_counts_all_correct_and_per_subproblem(monkeypatch):
+    rows = make_dataset("multi_add", 2, 3, seed=0)
+    references = rows["reference"]
+    lines = [ref.split("\n") for ref in references]
+    completions = [
+        references[0],  # all correct
+        lines[1][0] + "\nwrong\n" + lines[1][2],  # 1 of 2 lines right, no outcome
+        references[2] + "\njunk",  # both lines right, outcome fails (termination)
+    ]
+    monkeypatch.setattr(warmstart, "sample_completions", lambda *args, **kwargs: completions)
+    metrics = warmstart.evaluate_policy(None, None, rows, max_new_tokens=8)
+    assert metrics["all_correct"] == pytest.approx(1 / 3)
+    assert metrics["per_subproblem"] == pytest.approx((1 + 0.5 + 1) / 3)
+
+
+def test_bad_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="variant"):
+        RunSpec(variant="ppo")
+    with pytest.raises(ValueError, match="horizons"):
+        warmstart.WarmStartSettings(horizons=())
+    with pytest.raises(ValueError, match="max_steps"):
+        warmstart.WarmStartSettings(max_steps=0)

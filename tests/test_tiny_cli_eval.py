@@ -1,0 +1,127 @@
+"""Foundation: offline tiny model, config parsing, `ppm-trl train` (GRPO), pass@k, bad-input errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from itertools import combinations
+
+import pytest
+import torch
+import yaml
+
+from ppm_trl.evaluation import pass_at_k, summarize
+from ppm_trl.tiny import build_tiny_model_and_tokenizer
+
+
+def test_tiny_round_trip(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = build_tiny_model_and_tokenizer(seed=3)
+    text = "P1: (9*2+6)*2 = 48\n\\boxed{48} ü"
+    assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token == "<|endoftext|>"
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    loaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    ids = torch.tensor([loaded_tokenizer("abc", add_special_tokens=False)["input_ids"]])
+    assert torch.allclose(model(ids).logits, loaded(ids).logits)
+    assert loaded.config.model_type == "qwen2"
+    # Deterministic in the seed, different across seeds.
+    again, _ = build_tiny_model_and_tokenizer(seed=3)
+    other, _ = build_tiny_model_and_tokenizer(seed=4)
+    assert torch.equal(model.model.embed_tokens.weight, again.model.embed_tokens.weight)
+    assert not torch.equal(model.model.embed_tokens.weight, other.model.embed_tokens.weight)
+
+
+def _brute_pass_at_k(n, c, k):
+    outcomes = [1] * c + [0] * (n - c)
+    subsets = list(combinations(range(n), k))
+    return sum(any(outcomes[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize("n,c,k", [(8, 0, 1), (8, 1, 1), (8, 3, 2), (8, 3, 8), (10, 7, 4), (5, 5, 3)])
+def test_pass_at_k_is_the_unbiased_estimator(n, c, k):
+    assert math.isclose(pass_at_k(n, c, k), _brute_pass_at_k(n, c, k), abs_tol=1e-12)
+    assert math.isclose(pass_at_k(n, c, k), 1 - math.comb(n - c, k) / math.comb(n, k), abs_tol=1e-12)
+
+
+def test_summarize_and_bad_k():
+    metrics = summarize([[True, False, False, False], [False] * 4], ks=[1, 4])
+    assert metrics == {"pass@1": 0.125, "pass@4": 0.5, "avg@4": 0.125}
+    with pytest.raises(ValueError, match="k"):
+        pass_at_k(4, 1, 5)
+
+
+def _run_cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "ppm_trl.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _config(tmp_path, **overrides):
+    config = {
+        "method": "grpo", "model_name_or_path": "tiny", "env_name": "multi_countdown", "env_n": 2, "env_size": 8,
+        "output_dir": str(tmp_path / "out"), "use_cpu": True, "bf16": False, "gradient_checkpointing": False,
+        "per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 24, "max_steps": 2,
+        "logging_steps": 1, "save_strategy": "no", "report_to": "none", "seed": 0, **overrides,
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_cli_train_grpo_two_steps_then_eval(tmp_path):
+    result = _run_cli("train", "--config", str(_config(tmp_path)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    done = next(line for line in result.stdout.splitlines() if line.startswith("ppm-trl train: done"))
+    summary = json.loads(done.split("done ", 1)[1])
+    assert summary["steps"] == 2 and summary["method"] == "grpo"
+    assert (tmp_path / "out" / "config.json").exists()  # a checkpoint loadable with from_pretrained
+    result = _run_cli("eval", "--model", str(tmp_path / "out"), "--env", "multi_countdown", "--env_n", "1",
+                      "--env_size", "2", "--num_samples", "2", "--k", "1", "2", "--max_new_tokens", "8",
+                      "--output", str(tmp_path / "eval.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "eval.json").read_text())["metrics"]
+    assert set(metrics) == {"pass@1", "pass@2", "avg@2"}
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"env_name": "sudoku"}, "unknown env"),
+        ({"env_n": 0}, "n"),
+        ({"method": "dpo"}, "unknown method"),
+        ({"model_name_or_path": "./does/not/exist"}, "does not exist"),
+        ({"no_such_key": 1}, "no_such_key"),
+        ({"reward_funcs": ["telepathy"]}, "unknown reward function"),
+    ],
+)
+def test_cli_bad_input_names_the_problem(tmp_path, overrides, message):
+    from ppm_trl import cli
+
+    with pytest.raises((SystemExit, ValueError)) as error:
+        cli.main(["train", "--config", str(_config(tmp_path, **overrides))])
+    text = str(error.value.code if isinstance(error.value, SystemExit) else error.value)
+    assert message in text
+
+
+def test_config_fields_are_flags_and_validated():
+    from trl import TrlParser
+
+    from ppm_trl.configs import PAPOConfig, PPMConfig
+
+    (config,) = TrlParser((PPMConfig,)).parse_args_and_config(
+        ["--output_dir", "/tmp/x", "--use_cpu", "true", "--num_segments", "8", "--granularity", "trajectory",
+         "--per_device_train_batch_size", "16"])
+    assert config.num_segments == 8 and config.granularity == "trajectory"
+    assert config.scale_rewards == "none" and config.epsilon_high == 0.28 and config.learning_rate == 3e-6
+    with pytest.raises(ValueError, match="granularity"):
+        PPMConfig(output_dir="/tmp/x", use_cpu=True, per_device_train_batch_size=16, granularity="token")
+    with pytest.raises(ValueError, match="combine"):
+        PAPOConfig(output_dir="/tmp/x", use_cpu=True, combine="additive")
