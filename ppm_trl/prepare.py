@@ -201,14 +201,14 @@ def run_prepare(args: argparse.Namespace):
                          timeout=args.timeout, num_retries=args.num_retries, temperature=args.temperature,
                          cache_dir=args.cache_dir or os.path.join(work_dir, "judge_cache"),
                          api_key_env=args.api_key_env, transport=args.transport)
-    try:
-        with open(progress_path, "a", encoding="utf-8") as progress, \
-                tqdm(total=len(rows), initial=len(done), desc="prepare", disable=args.no_progress) as bar:
-            if not done:
-                progress.write(json.dumps({"meta": meta}) + "\n")
+    with open(progress_path, "a", encoding="utf-8") as progress, \
+            tqdm(total=len(rows), initial=len(done), desc="prepare", disable=args.no_progress) as bar:
+        if not done:
+            progress.write(json.dumps({"meta": meta}) + "\n")
+        try:
             failures = judge.run(lambda: _prepare_pending(judge, jobs, progress, bar, 2 * args.max_concurrency))
-    finally:
-        judge.close()
+        finally:
+            judge.close()  # stop the judge's loop before the progress file closes under it
     stats = judge.stats.snapshot()
     print(f"prepare: judge calls {stats['calls']:g}, cache hits {stats['cache_hits']:g}, retries {stats['retries']:g}, "
           f"failures {stats['failures']:g}, tokens {stats['prompt_tokens']:g}+{stats['completion_tokens']:g}, "

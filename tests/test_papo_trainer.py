@@ -146,3 +146,14 @@ def test_missing_columns_are_named(tmp_path):
     with pytest.raises(ValueError, match="`reference` column"):
         PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
                     train_dataset=no_reference)
+
+
+@pytest.mark.parametrize("loss_type,extra", [("grpo", {}), ("dr_grpo", {}), ("cispo", {}), ("sapo", {}),
+                                             ("bnpo", {}), ("grpo", {"importance_sampling_level": "sequence"})])
+def test_every_loss_type_trains(tmp_path, loss_type, extra):
+    def completions(reference):
+        return [reference, reference + " ", "wrong", reference + "  "]
+
+    adv, _, _ = _run(tmp_path, completions, lambda text: 1.0 - 0.5 * (len(text) - len(text.rstrip())) / 2,
+                     loss_type=loss_type, max_steps=2, **extra)
+    assert adv.abs().sum() > 0

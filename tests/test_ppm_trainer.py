@@ -137,3 +137,24 @@ def test_unscorable_completion_gets_zero_advantage(tmp_path):
     adv = outputs[0]["advantages"]
     assert torch.all(adv[0] == 0)
     assert adv[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    "loss_type,extra",
+    [("grpo", {}), ("dapo", {}), ("bnpo", {}), ("dr_grpo", {}), ("cispo", {}), ("sapo", {}),
+     ("grpo", {"importance_sampling_level": "sequence"}),  # GSPO
+     ("dapo", {"steps_per_generation": 2, "num_iterations": 2})],
+)
+def test_every_loss_type_trains_on_token_advantages(tmp_path, loss_type, extra):
+    dataset = make_dataset("multi_countdown", 1, 4, seed=2)
+    settings = {"filter_zero_advantage_groups": False, "max_steps": 2, "loss_type": loss_type, **extra}
+    if "steps_per_generation" in extra:
+        settings["per_device_train_batch_size"] = 4
+    trainer = _trainer(tmp_path, dataset, **settings)
+    trainer.progress_scorer = lambda rows, texts: torch.rand(len(rows), K, generator=torch.Generator().manual_seed(0))
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    script_generation(trainer, lambda prompt, index: "q" * (10 + 13 * (index % G)))
+    trainer.train()
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    assert losses and all(math.isfinite(float(v)) for v in losses)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))

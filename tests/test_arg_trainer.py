@@ -1,0 +1,319 @@
+"""End-to-end ARGTrainer on the tiny model: all-failure groups, reference fallback, accepted continuations, the
+selector's feedback and checkpointing (ARG paper §4, Alg. 1, App. E)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+from helpers import TINY_ARGS, capture_outputs, script_generation
+
+from ppm_trl.arg import PrefixSelector
+from ppm_trl.configs import ARGConfig
+from ppm_trl.rewards import accuracy_reward, format_reward
+from ppm_trl.tiny import build_tiny_model_and_tokenizer
+from ppm_trl.trainers.arg import SELECTOR_STATE_FILE, ARGTrainer
+
+G, K, BUDGET, MIN_CONTINUATION = 4, 3, 48, 16
+# Byte-level tokenizer: one token per character. Valid prefix cuts (App. E.2: after a sentence end followed by
+# whitespace or after a newline, math closed, `\boxed` left in the suffix): 9, 10, 21, 22.
+REFERENCE = "Add them.\nSo $3+4=7$.\n\\boxed{7}"
+CUTS = (9, 10, 21, 22)
+ASSISTANT = "<|im_start|>assistant\n"
+
+
+def _dataset(references=None, n=8):
+    references = references or [REFERENCE] * n
+    return Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": f"What is 3+4? (#{i})"}] for i in range(len(references))],
+        "answer": ["7"] * len(references),
+        "reference": references,
+    })
+
+
+def _config(tmp_path, **overrides):
+    settings = dict(per_device_train_batch_size=8, num_generations=G, max_completion_length=BUDGET, max_steps=1,
+                    arg_num_continuations=K, arg_max_accepted=2, arg_min_continuation_tokens=MIN_CONTINUATION,
+                    reward_weights=[1.0, 0.2], learning_rate=1e-3, warmup_steps=0, **TINY_ARGS)
+    return ARGConfig(output_dir=str(tmp_path), **{**settings, **overrides})
+
+
+def _trainer(tmp_path, dataset=None, **overrides):
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    return ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=[accuracy_reward, format_reward],
+                      args=_config(tmp_path, **overrides), train_dataset=dataset or _dataset())
+
+
+def _spy_generation(trainer):
+    calls = []
+    original = trainer._generate_single_turn
+
+    def spy(prompt_ids, *args, **kwargs):
+        calls.append([list(ids) for ids in prompt_ids])
+        return original(prompt_ids, *args, **kwargs)
+
+    trainer._generate_single_turn = spy
+    return calls
+
+
+def _rows(out, tokenizer):
+    """(prompt ids, completion ids) of every row, padding removed."""
+    rows = []
+    for i in range(out["completion_ids"].shape[0]):
+        prompt = out["prompt_ids"][i][out["prompt_mask"][i].bool()].tolist()
+        completion = out["completion_ids"][i][: int(out["completion_mask"][i].sum())].tolist()
+        rows.append((prompt, completion))
+    return rows
+
+
+def _reference_ids(tokenizer, text=REFERENCE):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _hand_advantages(rewards):
+    """Eq. 28 per group of G with TRL's stabiliser 1e-4: (R − mean) / (sample std + 1e-4)."""
+    grouped = torch.tensor(rewards, dtype=torch.float64).view(-1, G)
+    mean, std = grouped.mean(dim=1, keepdim=True), grouped.std(dim=1, keepdim=True)
+    return ((grouped - mean) / (std + 1e-4)).flatten()
+
+
+def test_failed_groups_get_reference_and_train(tmp_path):
+    """Untrained model: every group fails and every continuation fails → the reference replaces one row per group,
+    advantages are recomputed on the final group, the policy moves, and continuations take ONE generation call."""
+    trainer = _trainer(tmp_path)
+    tokenizer = trainer.processing_class
+    calls = _spy_generation(trainer)
+    outputs = capture_outputs(trainer)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+
+    assert [len(c) for c in calls] == [8, 2 * K]  # the groups, then ALL continuations of the step in one call
+    reference = _reference_ids(tokenizer) + [tokenizer.eos_token_id]
+    rows = _rows(outputs[0], tokenizer)
+    rewards = []
+    for group in range(2):
+        members = rows[group * G : (group + 1) * G]
+        assert sum(completion == reference for _, completion in members) == 1  # fallback: the reference, once
+        assert len({tuple(prompt) for prompt, _ in members}) == 1  # under the original prompt
+        for _, completion in members:
+            text = tokenizer.decode(completion, skip_special_tokens=True)
+            rewards.append(1.2 if completion == reference else 0.2 * format_reward([text])[0])
+    assert all(len(c) <= BUDGET for _, c in rows)
+    expected = _hand_advantages(rewards)
+    assert torch.allclose(outputs[0]["advantages"].double(), expected, atol=1e-4)
+    assert expected.abs().max() > 1.0  # the all-failure groups now carry signal
+
+    metrics = trainer.state.log_history[0]
+    assert metrics["arg/all_failure_groups"] == 2 and metrics["arg/fallback_groups"] == 2
+    assert metrics["arg/inserted_rows"] == 2 and metrics["arg/groups_with_accepted"] == 0
+    assert metrics["arg/continuations"] == 2 * K
+    assert math.isclose(sum(metrics[f"arg/selector_prob/alpha_{a:g}"] for a in (1, 0.5, 0.25)), 1.0)
+    assert trainer.prefix_selector.num_updates == 1  # all W = 0 and b = 0: logits stay 0 (eq. 12)
+    assert torch.equal(trainer.prefix_selector.logits, torch.zeros(3, dtype=torch.float64))
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def _guided_script(trainer, empty_prefix_correct=False):
+    """Originals fail; a continuation after a NON-empty reference prefix finishes correctly and differently from the
+    reference; an empty-prefix continuation answers 8 (or 7 with `empty_prefix_correct`)."""
+    def completion_for(prompt_text, index):
+        if len(calls) == 1:
+            return "no idea"
+        prefix = prompt_text.split(ASSISTANT)[-1]
+        if prefix:
+            return "Hence \\boxed{7}"
+        return "Guess \\boxed{7}" if empty_prefix_correct else "Guess \\boxed{8}"
+
+    calls = script_generation(trainer, completion_for)
+    prompts_seen = []
+    scripted = trainer._generate_single_turn
+
+    def record(prompt_ids, *args, **kwargs):
+        prompts_seen.append([trainer.processing_class.decode(ids) for ids in prompt_ids])
+        return scripted(prompt_ids, *args, **kwargs)
+
+    trainer._generate_single_turn = record
+    return prompts_seen
+
+
+def _independent_surprisal(prompt_text, reference=REFERENCE):
+    """S_t for t = 0..n from a plain forward of the initial tiny model (log_softmax of its logits, eq. 4)."""
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    prompt = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    ref = tokenizer(reference, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ref])).logits[0].double()
+    logps = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)[torch.arange(len(ref)), torch.tensor(ref)]
+    return torch.cat([torch.flip(torch.cumsum(torch.flip(-logps, [0]), 0), [0]), torch.zeros(1, dtype=torch.float64)])
+
+
+def _hand_prefix(surprisal, alpha):
+    """§4.1 + App. E.2 by hand: latest t with S_t ≥ α·S_0, then the first cut at or after it, else the latest one."""
+    if alpha == 1.0:
+        return 0
+    t = max(i for i in range(len(surprisal) - 1) if surprisal[i] >= alpha * surprisal[0])
+    return 0 if t == 0 else next((c for c in CUTS if c >= t), CUTS[-1])
+
+
+def test_accepted_continuation_replaces_a_failure_and_feeds_the_selector(tmp_path):
+    trainer = _trainer(tmp_path)
+    tokenizer = trainer.processing_class
+    prompts_seen = _guided_script(trainer)
+    twin = PrefixSelector(seed=0)  # same seed: draws the same K levels per failed group
+    outputs = capture_outputs(trainer)
+    trainer.train()
+
+    levels = twin.sample(2 * K)
+    assert len(prompts_seen) == 2 and len(prompts_seen[1]) == 2 * K
+    rows = _rows(outputs[0], tokenizer)
+    feedback = []
+    for group in range(2):
+        continuation_prompts = prompts_seen[1][group * K : (group + 1) * K]
+        original_prompt = continuation_prompts[0].split(ASSISTANT)[0] + ASSISTANT
+        surprisal = _independent_surprisal(original_prompt)
+        prefixes = [p.split(ASSISTANT)[-1] for p in continuation_prompts]
+        for prefix, alpha in zip(prefixes, levels[group * K : (group + 1) * K]):
+            assert len(prefix) == _hand_prefix(surprisal, alpha)  # the selector's level → the snapped cut
+            assert REFERENCE.startswith(prefix) and len(prefix) <= BUDGET - MIN_CONTINUATION
+            feedback.append(float(surprisal[len(prefix)] / surprisal[0]) if prefix else 0.0)  # eq. 7
+        members = rows[group * G : (group + 1) * G]
+        guided = sorted((p for p in prefixes if p), key=len)
+        if guided:  # accepted: the shortest non-empty prefix + its continuation, EOS-terminated, one row only
+            expected = _reference_ids(tokenizer, guided[0] + "Hence \\boxed{7}") + [tokenizer.eos_token_id]
+        else:  # no correct candidate: reference fallback
+            expected = _reference_ids(tokenizer) + [tokenizer.eos_token_id]
+        assert sum(completion == expected for _, completion in members) == 1
+        assert all(prompt == members[0][0] for prompt, _ in members)  # trained under the original prompt
+        assert tokenizer.decode(members[0][0]) == original_prompt
+    assert all(len(c) <= BUDGET for _, c in rows)
+
+    twin.update(levels, feedback)  # eq. 12, then eq. 18
+    assert torch.allclose(trainer.prefix_selector.logits, twin.logits, atol=1e-5)
+    assert math.isclose(trainer.prefix_selector.baseline, twin.baseline, abs_tol=1e-6)
+    assert any(f > 0 for f in feedback)  # the check above is not the trivial all-zero update
+    metrics = trainer.state.log_history[0]
+    assert metrics["arg/groups_with_accepted"] == sum(
+        any(p.split(ASSISTANT)[-1] for p in prompts_seen[1][g * K : (g + 1) * K]) for g in range(2))
+
+
+def test_empty_prefix_candidates_are_preferred(tmp_path):
+    """§4.3: correct empty-prefix candidates are accepted first, up to the cap; a guided one only fills the rest."""
+    trainer = _trainer(tmp_path, arg_num_continuations=6, arg_max_accepted=2)
+    prompts_seen = _guided_script(trainer, empty_prefix_correct=True)
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    tokenizer = trainer.processing_class
+    rows = _rows(outputs[0], tokenizer)
+    for group in range(2):
+        prefixes = [p.split(ASSISTANT)[-1] for p in prompts_seen[1][group * 6 : (group + 1) * 6]]
+        texts = [tokenizer.decode(c, skip_special_tokens=True) for _, c in rows[group * G : (group + 1) * G]]
+        empty, guided = prefixes.count(""), sorted((p for p in prefixes if p), key=len)
+        expected_empty = min(empty, 2)
+        expected_guided = [guided[0] + "Hence \\boxed{7}"] if expected_empty < 2 and guided else []
+        assert texts.count("Guess \\boxed{7}") == expected_empty
+        assert [t for t in texts if t.endswith("Hence \\boxed{7}")] == expected_guided
+
+
+@pytest.mark.parametrize("mode", ["reference_insertion", "resampling"])
+def test_ablation_modes(tmp_path, mode):
+    trainer = _trainer(tmp_path, arg_mode=mode)
+    tokenizer = trainer.processing_class
+
+    def completion_for(prompt_text, index):  # resampling: continuations 0-2 (group 0) right, 3-5 (group 1) wrong
+        return "Try \\boxed{7}" if len(calls) == 2 and index < K else "no idea"
+
+    calls = script_generation(trainer, completion_for)
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    rows = _rows(outputs[0], tokenizer)
+    texts = [tokenizer.decode(c, skip_special_tokens=True) for _, c in rows]
+    if mode == "reference_insertion":  # no continuations: the reference replaces one failure per group
+        assert calls == [8]
+        assert [texts[g * G : (g + 1) * G].count(REFERENCE) for g in range(2)] == [1, 1]
+    else:  # K continuations from the empty prefix, correct ones accepted up to the cap, never a fallback
+        assert calls == [8, 2 * K]
+        assert texts[:G].count("Try \\boxed{7}") == 2 and texts[G:] == ["no idea"] * G
+        assert REFERENCE not in texts
+    assert trainer.prefix_selector.num_updates == 0  # ablations do not train the selector
+
+
+def test_long_reference_keeps_the_budget(tmp_path):
+    """A reference longer than the budget: no fallback (it would lose its boxed answer; counted), and every
+    guided prefix leaves at least arg_min_continuation_tokens of the budget."""
+    long_reference = "First we note a fact.\nThen we add three and four.\nSo it is seven.\n\\boxed{7}"
+    trainer = _trainer(tmp_path, dataset=_dataset([long_reference] * 8))
+    calls = _spy_generation(trainer)
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    prompt_lengths = {len(ids) for ids in calls[0]}
+    prefix_lengths = [len(ids) - min(prompt_lengths) for ids in calls[1]]  # all prompts here have one length
+    assert len(prompt_lengths) == 1 and max(prefix_lengths) <= BUDGET - MIN_CONTINUATION
+    assert int(outputs[0]["completion_mask"].sum(dim=1).max()) <= BUDGET
+    metrics = trainer.state.log_history[0]
+    assert metrics["arg/fallback_too_long"] == 2 and metrics["arg/inserted_rows"] == 0
+
+
+def test_resume_restores_the_selector(tmp_path):
+    """3 steps with a checkpoint each; resuming from checkpoint-2 reaches the uninterrupted run's selector at 3."""
+    first = _trainer(tmp_path / "a", max_steps=3, save_strategy="steps", save_steps=1)
+    _guided_script(first)
+    first.train()
+    states = [json.loads((tmp_path / "a" / f"checkpoint-{s}" / SELECTOR_STATE_FILE).read_text()) for s in (1, 2, 3)]
+    assert states[1]["logits"] != [0.0, 0.0, 0.0] and states[1]["logits"] != states[2]["logits"]
+    assert first.prefix_selector.state_dict() == states[2]
+
+    resumed = _trainer(tmp_path / "b", max_steps=3)
+    _guided_script(resumed)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
+    state = resumed.prefix_selector.state_dict()
+    assert state["generator_state"] == states[2]["generator_state"] and state["num_updates"] == 3
+    assert torch.allclose(torch.tensor(state["logits"]), torch.tensor(states[2]["logits"]), atol=1e-6)
+    assert math.isclose(state["baseline"], states[2]["baseline"], abs_tol=1e-6)
+
+
+def test_eval_has_no_guidance(tmp_path):
+    trainer = _trainer(tmp_path)
+    calls = _spy_generation(trainer)
+    trainer.model.eval()
+    out = trainer._generate_and_score_completions([dict(trainer.train_dataset[0])] * G)
+    assert len(calls) == 1 and out["completion_ids"].shape[0] == G
+
+
+def test_bad_input(tmp_path):
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    funcs = [accuracy_reward, format_reward]
+    args = _config(tmp_path)
+    no_column = _dataset().remove_columns("reference")
+    with pytest.raises(ValueError, match="`reference` column"):
+        ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=funcs, args=args, train_dataset=no_column)
+    references = [REFERENCE] * 8
+    references[3], references[5] = "   ", "The answer is 7."
+    with pytest.raises(ValueError, match="row 3: expected a non-empty"):
+        ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=funcs, args=args,
+                   train_dataset=_dataset(references))
+    references[3] = REFERENCE
+    with pytest.raises(ValueError, match=r"row 5: the reference has no final answer marker"):
+        ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=funcs, args=args,
+                   train_dataset=_dataset(references))
+    references[6] = "So \\boxed{7"  # unclosed box
+    skipping = ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=funcs,
+                          args=_config(tmp_path, arg_skip_invalid_references=True), train_dataset=_dataset(references))
+    assert skipping.arg_skipped_references == 2 and len(skipping.train_dataset) == 6
+    assert REFERENCE in skipping.train_dataset["reference"] and "So \\boxed{7" not in skipping.train_dataset["reference"]
+
+    with pytest.raises(ValueError, match="arg_max_accepted"):
+        _config(tmp_path, arg_max_accepted=G)
+    with pytest.raises(ValueError, match="arg_mode"):
+        _config(tmp_path, arg_mode="guided")
+    with pytest.raises(ValueError, match="arg_min_continuation_tokens"):
+        _config(tmp_path, arg_min_continuation_tokens=BUDGET + 1)
+    split_groups = _config(tmp_path)
+    split_groups.per_device_train_batch_size = 6  # as if 6 rows per process on several processes
+    with pytest.raises(ValueError, match="must be a multiple of num_generations"):
+        ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=funcs, args=split_groups,
+                   train_dataset=_dataset())
+    with pytest.raises(TypeError, match="ARGConfig"):
+        ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=funcs, args=object(), train_dataset=_dataset())
