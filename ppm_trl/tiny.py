@@ -3,6 +3,11 @@
 The model is a real Qwen2 causal LM built from a config; the tokenizer is a real fast byte-level tokenizer
 built with the `tokenizers` library (256 byte tokens, no merges) plus Qwen-style chat special tokens. Both
 round-trip through `save_pretrained` / `from_pretrained`, so everything that loads a model by path works on them.
+
+`tool_calling=True` swaps in a Qwen2.5/Qwen3-style tool template (tool schemas in a system block, calls as
+`<tool_call>{json}</tool_call>`, results as `<tool_response>` user turns) and sets the tokenizer's `response_template`,
+so TRL's tool/environment loop can render tools and parse the model's calls. A conversation without tools renders
+byte-identically under both templates.
 """
 
 from __future__ import annotations
@@ -24,8 +29,66 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tiny_tokenizer():
-    """A byte-level fast tokenizer: every string is encodable, decoding is exact."""
+# Same rendering as CHAT_TEMPLATE for conversations without tools (transformers renders with trim_blocks, so a
+# newline right after a tag is written as {{ '\n' }}). The system block and call format follow Qwen2.5/Qwen3; the
+# template is prefix-preserving, as TRL's tool loop requires (it appends tool-result tokens to the rollout).
+TOOL_CHAT_TEMPLATE = (
+    "{% set ns = namespace(start=0) %}"
+    "{% if tools %}"
+    "<|im_start|>system\n"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{{ messages[0]['content'] }}{{ '\n\n' }}{% set ns.start = 1 %}"
+    "{% endif %}"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\n' }}{{ tool | tojson }}{% endfor %}"
+    "{{ '\n' }}</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call>"
+    " XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+    "{% endif %}"
+    "{% for m in messages[ns.start:] %}"
+    "{% if m['role'] == 'assistant' %}"
+    "<|im_start|>assistant\n{% generation %}{{ m['content'] or '' }}"
+    "{% for call in m['tool_calls'] or [] %}"
+    "{% set call = call['function'] if call['function'] is defined else call %}"
+    "{% if m['content'] or not loop.first %}{{ '\n' }}{% endif %}"
+    "<tool_call>\n{\"name\": \"{{ call['name'] }}\", \"arguments\": "
+    "{% if call['arguments'] is string %}{{ call['arguments'] }}{% else %}{{ call['arguments'] | tojson }}{% endif %}"
+    "}\n</tool_call>"
+    "{% endfor %}"
+    "<|im_end|>{% endgeneration %}\n"
+    "{% elif m['role'] == 'tool' %}"
+    "<|im_start|>user\n<tool_response>\n{{ m['content'] }}\n</tool_response><|im_end|>\n"
+    "{% else %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# transformers' new-style response parser (tokenizer.parse_response), as TRL's `qwen3_template` without the
+# <think> field: text up to <|im_end|> is the content, each <tool_call>{json}</tool_call> one call.
+TOOL_RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+
+
+def build_tiny_tokenizer(tool_calling: bool = False):
+    """A byte-level fast tokenizer: every string is encodable, decoding is exact.
+
+    `tool_calling=True`: the tool-capable chat template and a `response_template` for parsing tool calls.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -41,7 +104,9 @@ def build_tiny_tokenizer():
         padding_side="left",
         model_max_length=4096,
     )
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE if tool_calling else CHAT_TEMPLATE
+    if tool_calling:
+        tokenizer.response_template = TOOL_RESPONSE_TEMPLATE
     return tokenizer
 
 
@@ -53,15 +118,17 @@ def build_tiny_model_and_tokenizer(
     num_key_value_heads: int = 2,
     intermediate_size: int | None = None,
     max_position_embeddings: int = 1024,
+    tool_calling: bool = False,
 ):
     """Build a small Qwen2ForCausalLM and its byte-level tokenizer, deterministically from `seed`.
 
     The defaults (~0.1M parameters) make a GRPO step on CPU take well under a second; raise `hidden_size` /
-    `num_hidden_layers` for the learning demo.
+    `num_hidden_layers` for the learning demo. `tool_calling=True` gives the tokenizer the tool-calling template
+    (same vocabulary, so the model weights do not change).
     """
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tiny_tokenizer()
+    tokenizer = build_tiny_tokenizer(tool_calling=tool_calling)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,

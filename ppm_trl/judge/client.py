@@ -105,10 +105,20 @@ def _classify(error: BaseException) -> str:
     return "retry"  # connection errors and other transport failures without a status
 
 
+async def _drain(transport: Any) -> None:
+    """Close the transport and cancel what else runs on the judge loop (e.g. LiteLLM's logging worker)."""
+    await transport.aclose()
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
 def _shutdown(loop: asyncio.AbstractEventLoop, thread: threading.Thread, transport: Any) -> None:
     if thread.is_alive():
         try:
-            asyncio.run_coroutine_threadsafe(transport.aclose(), loop).result(10)
+            asyncio.run_coroutine_threadsafe(_drain(transport), loop).result(10)
         except Exception as error:  # closing is best effort
             logger.debug("closing the judge transport failed: %s", error)
         loop.call_soon_threadsafe(loop.stop)
@@ -334,7 +344,8 @@ class LiteLLMJudge:
                         f"key environment variable. {redact(str(error))[:300]}"
                     ) from None
                 if verdict == "fail" or attempt == self.num_retries:
-                    return self._give_up(started, attempt + 1, f"{type(error).__name__}: {redact(str(error))[:200]}")
+                    reason = f"{type(error).__name__}: {redact(str(error))[:200] or f'no answer within {self.timeout:g} s'}"
+                    return self._give_up(started, attempt + 1, reason)
                 await asyncio.sleep(self._backoff(attempt, _retry_after_seconds(error)))
                 continue
             self._account(reply)

@@ -358,7 +358,7 @@ class ARGTrainer(GRPOTrainer):
             )
             chosen = [(group.candidates[i], group.candidate_texts[i]) for i in group.accepted]
             if not chosen and args.arg_mode != "resampling":
-                reference_ids = self._tokenize_reference(group.reference)[0] + [self._eos_token_id()]
+                reference_ids = self._tokenize_reference(group.reference)[0] + []
                 if len(reference_ids) <= args.max_completion_length:
                     group.fallback = True
                     chosen = [(reference_ids, None)]
