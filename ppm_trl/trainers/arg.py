@@ -348,7 +348,7 @@ class ARGTrainer(GRPOTrainer):
                 continue
             candidates = [
                 # A truncated candidate would be masked out of the loss: it cannot fill a slot then.
-                Candidate(correct and (done or not self.mask_truncated_completions), copy, prefix_len)
+                Candidate(correct and (done or not self.mask_truncated_completions), copy, 100 - prefix_len if prefix_len else 0)
                 for correct, copy, done, prefix_len in zip(
                     group.correct, group.copies_reference, group.terminated, group.prefix_lens
                 )
@@ -358,7 +358,7 @@ class ARGTrainer(GRPOTrainer):
             )
             chosen = [(group.candidates[i], group.candidate_texts[i]) for i in group.accepted]
             if not chosen and args.arg_mode != "resampling":
-                reference_ids = self._tokenize_reference(group.reference)[0] + []
+                reference_ids = self._tokenize_reference(group.reference)[0] + [self._eos_token_id()]
                 if len(reference_ids) <= args.max_completion_length:
                     group.fallback = True
                     chosen = [(reference_ids, None)]
