@@ -1,8 +1,9 @@
 """Judge throughput: 1,024 PPM gradings against the loopback server (100 ms latency, max_concurrency=64).
 
-Prints the wall time against the ideal ceil(1024/64)·0.1 s (target ratio < 1.25), the CPU time per request (on a
-CPU-starved machine LiteLLM's own per-request overhead, not concurrency, bounds the throughput), then repeats the
-run from the on-disk cache, which must send zero requests.
+Prints the wall time against the ideal ceil(1024/64)·0.1 s (target ratio < 1.25) and the client's CPU time per
+request, for both transports: `litellm` (litellm.acompletion, the default) and `openai_http` (direct POST to an
+OpenAI-compatible server). Then it repeats the run from the on-disk cache, which must send zero requests. The
+server runs in its own process, as a real judge server would, so its CPU time is not charged to the client.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/judge_throughput.py [--requests 1024] [--latency 0.1]
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -27,10 +29,42 @@ from ppm_trl.judge import LiteLLMJudge  # noqa: E402
 POINTS = ['The solution contains "alpha".', 'The solution contains "beta".', 'The solution contains "gamma".']
 
 
-def timed_run(judge: LiteLLMJudge, items) -> tuple[float, float, list]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    grades = judge.grade_prefixes(items)
-    return time.perf_counter() - wall, time.process_time() - cpu, grades
+def serve(connection, latency: float) -> None:
+    """Child process: run the server and answer 'count' / 'reset' / 'stop' over the pipe."""
+    with JudgeServer(latency=latency, max_lifetime=900) as server:
+        connection.send(server.api_base)
+        while (command := connection.recv()) != "stop":
+            if command == "reset":
+                server.reset_counters()
+            connection.send(server.requests)
+
+
+def benchmark(args: argparse.Namespace, transport: str, server, api_base: str) -> None:
+    items = [("Problem", POINTS, f"attempt {i}: alpha then gamma") for i in range(args.requests)]
+    ideal = math.ceil(args.requests / args.max_concurrency) * args.latency
+    with tempfile.TemporaryDirectory() as cache_dir:
+        judge = LiteLLMJudge(args.model, api_base=api_base, max_concurrency=args.max_concurrency, timeout=30,
+                             cache_dir=cache_dir, transport=transport)
+        judge.complete([[{"role": "user", "content": "warm-up"}]])  # import LiteLLM, open the connection pool
+        server.send("reset")
+        server.recv()
+        wall, cpu = time.perf_counter(), time.process_time()
+        grades = judge.grade_prefixes(items)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        server.send("count")
+        print(f"[transport={transport}] cold run: {args.requests} gradings, {server.recv()} requests reached the "
+              f"server, {sum(g is not None for g in grades)} graded")
+        print(f"    elapsed {wall:.2f} s vs ideal {ideal:.2f} s -> ratio {wall / ideal:.2f} (target < 1.25); client CPU "
+              f"{1000 * cpu / args.requests:.2f} ms/request; latency p50 {judge.stats.snapshot()['latency_p50']:.3f} s")
+        server.send("reset")
+        server.recv()
+        wall = time.perf_counter()
+        cached = judge.grade_prefixes(items)
+        wall = time.perf_counter() - wall
+        server.send("count")
+        print(f"    cached run: elapsed {wall:.2f} s, {server.recv()} requests reached the server, "
+              f"identical grades: {cached == grades}")
+        judge.close()
 
 
 def main() -> None:
@@ -41,33 +75,18 @@ def main() -> None:
     parser.add_argument("--model", default="openai/scripted-judge", help="e.g. hosted_vllm/scripted-judge")
     parser.add_argument("--transport", choices=["litellm", "openai_http", "both"], default="both")
     args = parser.parse_args()
-    for transport in ["litellm", "openai_http"] if args.transport == "both" else [args.transport]:
-        benchmark(args, transport)
-
-
-def benchmark(args: argparse.Namespace, transport: str) -> None:
-
-    items = [("Problem", POINTS, f"attempt {i}: alpha then gamma") for i in range(args.requests)]
-    ideal = math.ceil(args.requests / args.max_concurrency) * args.latency
-    with JudgeServer(latency=args.latency) as server, tempfile.TemporaryDirectory() as cache_dir:
-        judge = LiteLLMJudge(args.model, api_base=server.api_base, max_concurrency=args.max_concurrency,
-                             timeout=30, cache_dir=cache_dir, transport=transport)
-        judge.complete([[{"role": "user", "content": "warm-up"}]])  # import LiteLLM, open the connection pool
-        server.reset_counters()
-
-        wall, cpu, grades = timed_run(judge, items)
-        graded = sum(g is not None for g in grades)
-        print(f"[transport={transport}]")
-        print(f"cold run : {args.requests} gradings, {server.requests} requests reached the server, {graded} graded")
-        print(f"           elapsed {wall:.2f} s vs ideal {ideal:.2f} s -> ratio {wall / ideal:.2f} (target < 1.25)")
-        print(f"           CPU {cpu:.2f} s = {1000 * cpu / args.requests:.2f} ms per request (client + server), "
-              f"{os.cpu_count()} cores; latency p50 {judge.stats.snapshot()['latency_p50']:.3f} s")
-
-        server.reset_counters()
-        wall, cpu, cached = timed_run(judge, items)
-        print(f"cached   : elapsed {wall:.2f} s, {server.requests} requests reached the server, "
-              f"identical grades: {cached == grades}")
-        judge.close()
+    print(f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=serve, args=(child, args.latency), daemon=True)
+    process.start()
+    api_base = parent.recv()
+    try:
+        for transport in ["litellm", "openai_http"] if args.transport == "both" else [args.transport]:
+            benchmark(args, transport, parent, api_base)
+    finally:
+        parent.send("stop")
+        process.join(10)
 
 
 if __name__ == "__main__":

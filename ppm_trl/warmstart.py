@@ -118,7 +118,7 @@ def load_policy(path: str):
     return model, tokenizer
 
 
-def completion_budget(env: str, n: int, slack: float = 1.5) -> int:
+def completion_budget(env: str, n: int, slack: float = 1.3) -> int:
     """Completion tokens to allow at horizon n: `slack` × the longest reference of 64 sampled rows (bytes = tokens)."""
     from .envs import make_dataset
 

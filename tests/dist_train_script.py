@@ -9,6 +9,7 @@ Jobs run one after another in the same processes (imports are most of the cost),
 * `real:<method>`: 2 optimizer steps with real HF generation on the tiny model. Under ZeRO-3 a callback checks at
   every step that EVERY parameter is partitioned (`numel() == 0` locally, `ds_numel > 0`), so generation (TRL's
   gathering), ARG's surprisal forward and continuations, and the loss all ran on sharded parameters.
+* `vllm:<method>`: the same with vLLM colocate generation (GPU only).
 * `scripted:<method>:<per_device_batch>`: 1 step whose completions are scripted by the row's position in its group
   (so any process layout sees the same global batch), with a deterministic scorer; dumps every row's advantages
   under its GLOBAL row index, to compare against one process (`per_device_batch` 2 with G = 4 on 2 processes puts
@@ -42,13 +43,14 @@ def _world_size() -> int:
 
 def _common_args(output_dir: str, per_device: int, max_steps: int, max_completion_length: int) -> dict:
     deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true"  # set by accelerate launch
+    cuda = torch.cuda.is_available()
     return dict(
         output_dir=output_dir,
         # DDP on CPU needs `use_cpu` (accelerate then picks MULTI_CPU + gloo); DeepSpeed must NOT have it (the Trainer
         # would size the DeepSpeed batch for one process) and falls back to CPU by itself.
-        use_cpu=not deepspeed,
-        ddp_backend="gloo" if _world_size() > 1 else None,
-        bf16=False,
+        use_cpu=not cuda and not deepspeed,
+        ddp_backend="gloo" if _world_size() > 1 and not cuda else None,
+        bf16=cuda,
         gradient_checkpointing=False,
         per_device_train_batch_size=per_device,
         num_generations=G,
@@ -64,15 +66,29 @@ def _common_args(output_dir: str, per_device: int, max_steps: int, max_completio
 
 
 def build(method: str, output_dir: str, per_device: int, max_steps: int, max_completion_length: int,
-          scorer=None, reward=None, env_n: int = 2, dataset_size: int = 16):
-    """A trainer of `method` on the tiny model and the multi_countdown env (env outcome reward by default)."""
+          scorer=None, reward=None, env_n: int = 2, dataset_size: int = 16, vllm: bool = False):
+    """A trainer of `method` on the tiny model and the multi_countdown env (env outcome reward by default).
+
+    `vllm`: generate with vLLM colocate (sleep mode, small memory share); vLLM loads the model by path, so the tiny
+    model is saved first, with 64-dim heads (vLLM's attention kernels do not take the default 16).
+    """
     from ppm_trl.envs import make_dataset
     from ppm_trl.rewards import env_outcome_reward
     from ppm_trl.tiny import build_tiny_model_and_tokenizer
 
     args = _common_args(output_dir, per_device, max_steps, max_completion_length)
     dataset = make_dataset("multi_countdown", env_n, dataset_size, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer(seed=0)
+    if vllm:  # bf16 on disk: vLLM takes the dtype from the checkpoint, and its fast kernels need half precision
+        model, tokenizer = build_tiny_model_and_tokenizer(seed=0, hidden_size=256, num_attention_heads=4,
+                                                          num_key_value_heads=2)
+        path = os.path.join(output_dir, "initial_model")
+        model.to(torch.bfloat16).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        model = path
+        args.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.15,
+                    vllm_enable_sleep_mode=True)
+    else:
+        model, tokenizer = build_tiny_model_and_tokenizer(seed=0)
     kwargs = dict(model=model, processing_class=tokenizer, reward_funcs=reward or env_outcome_reward,
                   train_dataset=dataset)
     if method == "ppm":
@@ -90,7 +106,9 @@ def build(method: str, output_dir: str, per_device: int, max_steps: int, max_com
     if method == "arg":
         from ppm_trl import ARGConfig, ARGTrainer  # ppm_trl.trainers.arg
 
-        config = ARGConfig(learning_rate=1e-4, arg_num_continuations=4, **args)
+        # G = 4: at most 2 of 4 rows replaced (paper: 4 of 8), 4 continuations per all-failure group.
+        config = ARGConfig(learning_rate=1e-4, arg_num_continuations=4, arg_max_accepted=2, arg_max_empty_prefix=2,
+                           **args)
         return ARGTrainer(args=config, **kwargs), dataset
     raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
 
@@ -190,16 +208,21 @@ REAL_RUN_SCORING = {
 
 
 # ------------------------------------------------------------------------------------------------------ jobs
-def run_real(method: str, out_dir: str) -> dict:
+def run_real(method: str, out_dir: str, vllm: bool = False) -> dict:
     length = 64 if method == "arg" else 32  # ARG's fallback reference (~50 tokens) must fit the budget
-    trainer, _ = build(method, os.path.join(out_dir, f"real_{method}"), per_device=G, max_steps=REAL_STEPS,
-                       max_completion_length=length, **REAL_RUN_SCORING[method])
+    name = f"{'vllm' if vllm else 'real'}_{method}"
+    trainer, _ = build(method, os.path.join(out_dir, name), per_device=G, max_steps=REAL_STEPS,
+                       max_completion_length=length, vllm=vllm, **REAL_RUN_SCORING[method])
     outputs = capture_outputs(trainer)
     partitions: list[dict] = []
     trainer.add_callback(_partition_callback(trainer, partitions))
     result = trainer.train()
     advantages = [out["advantages"] for out in outputs]
-    metrics = {k: v for entry in trainer.state.log_history for k, v in entry.items() if isinstance(v, (int, float))}
+    metrics: dict[str, list[float]] = {}
+    for entry in trainer.state.log_history:
+        for key, value in entry.items():
+            if key.startswith(("arg/", "ppm/", "papo/")) and isinstance(value, (int, float)):
+                metrics.setdefault(key, []).append(value)
     return {
         "global_step": result.global_step,
         "train_loss": result.training_loss,
@@ -207,12 +230,33 @@ def run_real(method: str, out_dir: str) -> dict:
         "grad_norms": [e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e],
         "deepspeed": trainer.is_deepspeed_enabled,
         "num_processes": trainer.accelerator.num_processes,
+        "device": str(trainer.accelerator.device),
+        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
+        "step_times": [e["step_time"] for e in trainer.state.log_history if "step_time" in e],
         "partitions": partitions,
         "advantage_shapes": [list(a.shape) for a in advantages],
         "completion_shapes": [list(out["completion_ids"].shape) for out in outputs],
         "advantages_finite": all(bool(torch.isfinite(a).all()) for a in advantages),
         "metrics": metrics,
+        "first_batch": _decoded_rows(trainer, outputs[0]),
     }
+
+
+def _decoded_rows(trainer, out: dict) -> list[dict]:
+    """Prompt, completion and (row-mean) advantage of every local row of one generation batch."""
+    tokenizer = trainer.processing_class
+    rows = []
+    for i in range(out["completion_ids"].shape[0]):
+        mask = out["completion_mask"][i].bool()
+        advantage = out["advantages"][i]
+        rows.append({
+            "prompt": tokenizer.decode(out["prompt_ids"][i][out["prompt_mask"][i].bool()], skip_special_tokens=True),
+            "completion": tokenizer.decode(out["completion_ids"][i][mask], skip_special_tokens=True),
+            # (B,) advantages: the row's value; (B, T): the mean over its loss tokens (None if it has none left)
+            "advantage": float(advantage) if advantage.dim() == 0 else
+            (float(advantage[mask].mean()) if mask.any() else None),
+        })
+    return rows
 
 
 def run_scripted(method: str, per_device: int, out_dir: str) -> dict:
@@ -242,11 +286,11 @@ def run_scripted(method: str, per_device: int, out_dir: str) -> dict:
 
 def run_job(job: str, out_dir: str) -> dict:
     parts = job.split(":")
-    if parts[0] == "real" and len(parts) == 2:
-        return run_real(parts[1], out_dir)
+    if parts[0] in ("real", "vllm") and len(parts) == 2:
+        return run_real(parts[1], out_dir, vllm=parts[0] == "vllm")
     if parts[0] == "scripted" and len(parts) == 3:
         return run_scripted(parts[1], int(parts[2]), out_dir)
-    raise ValueError(f"unknown job {job!r}; accepted: real:<method>, scripted:<method>:<per_device_batch>")
+    raise ValueError(f"unknown job {job!r}; accepted: real:<method>, vllm:<method>, scripted:<method>:<batch>")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -241,16 +241,22 @@ def test_ablation_modes(tmp_path, mode):
 
 
 def test_long_reference_keeps_the_budget(tmp_path):
-    """A reference longer than the budget: no fallback (it would lose its boxed answer; counted), and every
-    guided prefix leaves at least arg_min_continuation_tokens of the budget."""
+    """A reference longer than the budget: no fallback (it would lose its boxed answer; counted); every guided
+    prefix leaves at least arg_min_continuation_tokens of the budget; a continuation is cut to the budget left
+    after its prefix, so a correct answer past the budget does not count."""
     long_reference = "First we note a fact.\nThen we add three and four.\nSo it is seven.\n\\boxed{7}"
     trainer = _trainer(tmp_path, dataset=_dataset([long_reference] * 8))
+
+    def completion_for(prompt_text, index):  # guided continuations only answer after 40 more tokens
+        return "Hence " + "x" * 34 + "\\boxed{7}" if len(calls) == 2 and prompt_text.split(ASSISTANT)[-1] else "no"
+
+    script_generation(trainer, completion_for)
     calls = _spy_generation(trainer)
     outputs = capture_outputs(trainer)
     trainer.train()
     prompt_lengths = {len(ids) for ids in calls[0]}
     prefix_lengths = [len(ids) - min(prompt_lengths) for ids in calls[1]]  # all prompts here have one length
-    assert len(prompt_lengths) == 1 and max(prefix_lengths) <= BUDGET - MIN_CONTINUATION
+    assert len(prompt_lengths) == 1 and 0 < max(prefix_lengths) <= BUDGET - MIN_CONTINUATION
     assert int(outputs[0]["completion_mask"].sum(dim=1).max()) <= BUDGET
     metrics = trainer.state.log_history[0]
     assert metrics["arg/fallback_too_long"] == 2 and metrics["arg/inserted_rows"] == 0

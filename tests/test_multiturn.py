@@ -142,23 +142,28 @@ N, G = 3, 4
 
 
 def _scripts(row):
-    """Per rollout: its turns (texts) and, by hand, progress m_k and outcome; 4 points (3 problems + goal)."""
-    p1, p2, p3, box = row["reference"].split("\n")
-    return [
-        # solves one problem per turn, then boxes: m = [1/4, 2/4, 1] (goal closes all), outcome 1
-        [p1, p2, p3 + "\n" + box],
-        # wrong P1, then P2 and P3, wrong box: m = [0, 1/4, 2/4], outcome 0
-        ["P1: 1+1 = 2", p2, p3 + "\n\\boxed{1, 2, 3}"],
-        # P1 only: m = [1/4, 1/4, 1/4], outcome 0
-        [p1, "P2: 1 = 1", "P3: 2 = 2"],
-        # wrong P1, then stops without calling the tool: two turns, m = [0, 0, -], outcome 0
-        ["P1: 3 = 3", "I give up."],
-    ]
+    """Per rollout, its turns; R3 stops after two turns (no tool call), leaving its third segment empty."""
+    s1, s2, s3, box = row["reference"].split("\n")
+    if row["env"] == "multi_countdown":
+        wrong, wrong_box = ["P1: 1+1 = 2", "P2: 1 = 1", "P3: 2 = 2"], "\\boxed{1, 2, 3}"
+    else:
+        wrong, wrong_box = ["M1: [[0]]", "M2: [[0]]", "M3: [[0]]"], "\\boxed{[[0]]}"
+    return [[s1, s2, s3 + "\n" + box], [wrong[0], s2, s3 + "\n" + wrong_box], [s1, wrong[1], wrong[2]],
+            [wrong[0], "I give up."]]
 
 
-# r_k = m_k - m_{k-1} + outcome:  R0 [5/4, 5/4, 3/2]  R1 [0, 1/4, 1/4]  R2 [1/4, 0, 0]  R3 [0, 0, 0 (empty)]
-# group means per turn [3/8, 3/8, 7/16]; advantages r - mean (scale_rewards="none"):
-EXPECTED_ADVANTAGES = [[7 / 8, 7 / 8, 17 / 16], [-3 / 8, -1 / 8, -3 / 16], [-1 / 8, -3 / 8, -7 / 16], [-3 / 8, -3 / 8]]
+# Rewards r_k = m_k - m_{k-1} + outcome, advantages r_k - group mean of r_k (scale_rewards="none"), by hand.
+# multi_countdown, 4 points (3 problems + goal; the goal obsoletes the rest):
+#   m: R0 [1/4, 2/4, 1] (outcome 1), R1 [0, 1/4, 2/4], R2 [1/4, 1/4, 1/4], R3 [0, 0, -]
+#   r: R0 [5/4, 5/4, 3/2], R1 [0, 1/4, 1/4], R2 [1/4, 0, 0], R3 [0, 0, 0]; means [3/8, 3/8, 7/16]
+# matrix, 3 points in a chain (Mk obsoletes M1..Mk-1): R1's second turn also collects M1, and its correct M3 line
+# reaches the last point (progress 1) although its box is wrong (outcome 0)
+#   m: R0 [1/3, 2/3, 1] (outcome 1), R1 [0, 2/3, 1], R2 [1/3, 1/3, 1/3], R3 [0, 0, -]
+#   r: R0 [4/3, 4/3, 4/3], R1 [0, 2/3, 1/3], R2 [1/3, 0, 0], R3 [0, 0, 0]; means [5/12, 1/2, 5/12]
+EXPECTED_ADVANTAGES = {
+    "multi_countdown": [[7 / 8, 7 / 8, 17 / 16], [-3 / 8, -1 / 8, -3 / 16], [-1 / 8, -3 / 8, -7 / 16], [-3 / 8, -3 / 8]],
+    "matrix": [[11 / 12, 5 / 6, 11 / 12], [-5 / 12, 1 / 6, -1 / 12], [-1 / 12, -1 / 2, -5 / 12], [-5 / 12, -1 / 2]],
+}
 
 
 def _script_rollouts(trainer, dataset):
@@ -186,7 +191,7 @@ def _script_rollouts(trainer, dataset):
             if turn > 0:  # the env's answer to the previous turn was appended before this turn
                 assert text.endswith(_tool_result(row["subproblems"][turn]))
             turns = _scripts(row)[i % G]
-            tool = "next_problem" if turn + 1 < len(turns) else None
+            tool = CALL[row["env"]] if turn + 1 < len(turns) else None
             completions.append(tokenizer(_turn(turns[turn], tool), add_special_tokens=False)["input_ids"]
                                + [tokenizer.eos_token_id])
         return completions, None
@@ -195,21 +200,22 @@ def _script_rollouts(trainer, dataset):
     return state
 
 
-def test_turn_segments_and_advantages_end_to_end(tmp_path):
-    """Real TRL tool loop + MultiCountdownTurnEnv + programmatic matcher → per-turn advantages by hand."""
+@pytest.mark.parametrize("name, steps", [("multi_countdown", 2), ("matrix", 1)])
+def test_turn_segments_and_advantages_end_to_end(tmp_path, name, steps):
+    """Real TRL tool loop + the multi-turn env + programmatic matcher → per-turn advantages by hand."""
     from ppm_trl.trainers.ppm import PPMGRPOTrainer
 
-    dataset = make_multiturn_dataset("multi_countdown", N, 2, seed=0)
+    dataset = make_multiturn_dataset(name, N, 2, seed=0)
     model, tokenizer = build_tiny_model_and_tokenizer(max_position_embeddings=4096, tool_calling=True)
-    args = PPMConfig(output_dir=str(tmp_path), per_device_train_batch_size=G, num_generations=G, max_steps=2,
+    args = PPMConfig(output_dir=str(tmp_path), per_device_train_batch_size=G, num_generations=G, max_steps=steps,
                      **multiturn_config_kwargs(N, tokens_per_turn=128, tool_tokens_per_turn=128), **TINY_ARGS)
     trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                             train_dataset=dataset, environment_factory=MultiCountdownTurnEnv)
+                             train_dataset=dataset, environment_factory=MULTITURN_ENVIRONMENTS[name])
     state = _script_rollouts(trainer, dataset)
     outputs = capture_outputs(trainer)
     trainer.train()
 
-    assert state["turn_calls"] == [4, 4, 3] * 2  # per step: 4 first turns, 4 second, 3 third (R3 stopped)
+    assert state["turn_calls"] == [4, 4, 3] * steps  # per step: 4 first turns, 4 second, 3 third (R3 stopped)
     assert [env.shown for env in trainer.environments] == [3, 3, 3, 2]  # the env's tool really ran
     for out in outputs:
         prompt_text = tokenizer.decode(out["prompt_ids"][0], skip_special_tokens=False)
@@ -221,13 +227,13 @@ def test_turn_segments_and_advantages_end_to_end(tmp_path):
             ids, tool_mask, advantages = [], [], []
             for k, text in enumerate(turns):
                 last = k + 1 == len(turns)
-                model_ids = tokenizer(_turn(text, None if last else "next_problem"),
+                model_ids = tokenizer(_turn(text, None if last else CALL[name]),
                                       add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
                 env_ids = [] if last else tokenizer(_tool_result(row["subproblems"][k + 1]),
                                                     add_special_tokens=False)["input_ids"]
                 ids += model_ids + env_ids
                 tool_mask += [1] * len(model_ids) + [0] * len(env_ids)
-                advantages += [EXPECTED_ADVANTAGES[i][k]] * (len(model_ids) + len(env_ids))
+                advantages += [EXPECTED_ADVANTAGES[name][i][k]] * (len(model_ids) + len(env_ids))
             length = int(out["completion_mask"][i].sum())
             assert length == len(ids)
             assert out["completion_ids"][i, :length].tolist() == ids
@@ -235,4 +241,4 @@ def test_turn_segments_and_advantages_end_to_end(tmp_path):
             assert torch.allclose(out["advantages"][i, :length], torch.tensor(advantages), atol=1e-6), i
             assert torch.all(out["advantages"][i, length:] == 0)
     # Advantages differ across the turns of one rollout according to what each turn solved.
-    assert len(set(EXPECTED_ADVANTAGES[1])) == 3 and len(set(EXPECTED_ADVANTAGES[2])) == 3
+    assert len(set(EXPECTED_ADVANTAGES[name][1])) == 3 and len(set(EXPECTED_ADVANTAGES[name][2])) == 3

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import functools
 import logging
 import os
 import random
@@ -28,11 +27,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
-from ppm_trl.judge import parsing, prompts
 from ppm_trl.judge.cache import ResponseCache, request_key
 from ppm_trl.judge.stats import JudgeStats
+from ppm_trl.judge.tasks import JudgeTasks, Parser
 from ppm_trl.judge.transport import (
     TRANSPORT_ARGUMENTS,
     TRANSPORTS,
@@ -43,11 +42,10 @@ from ppm_trl.judge.transport import (
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-Parser = Callable[[str], Any]
 
 # Arguments that look like credentials are refused: keys come from the environment only.
 _CREDENTIAL_ARGUMENT = re.compile(r"key|secret|password|credential|session_token", re.IGNORECASE)
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
 _FATAL_STATUS = {401, 403, 404}  # misconfiguration (key, permission, model name): fail loudly, do not retry
 _RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
 
@@ -127,7 +125,7 @@ def _shutdown(loop: asyncio.AbstractEventLoop, thread: threading.Thread, transpo
         loop.close()
 
 
-class LiteLLMJudge:
+class LiteLLMJudge(JudgeTasks):
     """LLM-as-a-judge through LiteLLM with bounded concurrency, retries, an on-disk cache and accounting.
 
     Args:
@@ -175,6 +173,8 @@ class LiteLLMJudge:
         if backoff_base < 0 or backoff_max < 0:
             raise ValueError(f"backoff_base and backoff_max must be >= 0, got {backoff_base!r}, {backoff_max!r}")
         refused = sorted(name for name in litellm_kwargs if _CREDENTIAL_ARGUMENT.search(name))
+        refused += sorted(f"extra_headers[{header!r}]" for header in (litellm_kwargs.get("extra_headers") or {})
+                          if _CREDENTIAL_HEADER.search(str(header)))
         if refused:
             raise ValueError(
                 f"credential argument(s) {refused} refused: API keys come from the environment only. Set the "
@@ -240,7 +240,8 @@ class LiteLLMJudge:
 
     def __getstate__(self) -> dict[str, Any]:
         # The loop, thread and lock cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
-        runtime = {"stats", "_cache", "_loop", "_thread", "_semaphore", "_loop_lock", "_finalizer", "_rng", "_transport", "_cache_params"}
+        runtime = {"stats", "_cache", "_loop", "_thread", "_semaphore", "_loop_lock", "_finalizer", "_rng",
+                   "_transport", "_cache_params"}
         return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -251,6 +252,8 @@ class LiteLLMJudge:
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._loop_lock:
             if self._loop is None or self._thread is None or not self._thread.is_alive():
+                if self._finalizer is not None:  # a loop thread that died: release what it held
+                    self._finalizer()
                 loop = asyncio.new_event_loop()
                 started = threading.Event()
 
@@ -352,14 +355,21 @@ class LiteLLMJudge:
             parsed = None if reply.text is None else parse(reply.text)
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
-                if self._cache is not None:  # file I/O off the loop thread, so other requests keep flowing
-                    entry = {"model": self.model, "content": reply.text, "created": time.time()}
-                    await asyncio.get_running_loop().run_in_executor(None, self._cache.put, key, entry)
+                if self._cache is not None:
+                    await self._store(key, reply.text)
                 return parsed
             self.stats.add(unparseable=1)
             if not self.retry_unparseable or attempt == self.num_retries:
                 return self._give_up(started, attempt + 1, f"unreadable answer {redact(reply.text or '')[:120]!r}")
         raise AssertionError("unreachable: the last attempt always returns")
+
+    async def _store(self, key: str, text: str) -> None:
+        """Cache an answer (file I/O off the loop thread, so other requests keep flowing); best effort."""
+        entry = {"model": self.model, "content": text, "created": time.time()}
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, self._cache.put, key, entry)
+        except OSError as error:
+            logger.warning("judge cache write to %s failed (answer kept, not cached): %s", self.cache_dir, error)
 
     def _give_up(self, started: float, attempts: int, reason: str) -> None:
         self.stats.add(failures=1)
@@ -383,8 +393,12 @@ class LiteLLMJudge:
                 self.stats.add(deduplicated=1)
             else:
                 tasks[key] = asyncio.ensure_future(self._answer(key, messages, parse))
-        if tasks:
+        try:
             await asyncio.gather(*tasks.values())
+        except BaseException:  # a fatal error (or cancellation): do not leave the rest of the batch running
+            for task in tasks.values():
+                task.cancel()
+            raise
         return [tasks[key].result() for key in keys]
 
     def _batch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
@@ -392,118 +406,3 @@ class LiteLLMJudge:
 
     async def _abatch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
         return await self._on_own_loop(lambda: self._answer_many(jobs))
-
-    # ------------------------------------------------------------------------------------ task API
-    def complete(self, messages: Sequence[list[dict[str, str]]], parse: Parser | None = None) -> list[Any]:
-        """Raw batched access: each chat `messages` list → `parse(answer)` (default: the non-empty text) or None."""
-        default = lambda text: text if text.strip() else None  # noqa: E731
-        return self._batch([(list(m), parse or default) for m in messages])
-
-    def _grading_jobs(self, items, style: str):
-        if style not in ("ppm", "standard"):
-            raise ValueError(f"unknown grading style {style!r}; accepted: 'ppm' (App. D) or 'standard' (§5.3 baseline)")
-        build = prompts.ppm_grading_messages if style == "ppm" else prompts.standard_rubric_messages
-        reader = parsing.parse_point_grades if style == "ppm" else parsing.parse_numbered_grades
-        jobs, empty = [], []
-        for index, item in enumerate(items):
-            problem, points, prefix = _unpack(item, 3, index, "(problem, reference_points, prefix_text)")
-            points = _check_points(points, index)
-            if not str(prefix).strip():
-                empty.append(index)  # an empty prefix reaches nothing: no request
-                continue
-            jobs.append((index, build(str(problem), points, str(prefix)), functools.partial(reader, num_points=len(points))))
-        return jobs, empty
-
-    def _merge_grades(self, items, jobs, empty, answers) -> list[list[bool] | None]:
-        out: list[list[bool] | None] = [None] * len(items)
-        for index in empty:
-            out[index] = [False] * len(items[index][1])
-        for (index, _, _), answer in zip(jobs, answers):
-            out[index] = answer
-        self.stats.add(skipped_empty=len(empty))
-        return out
-
-    def grade_prefixes(self, items: Sequence[tuple[str, Sequence[str], str]], style: str = "ppm") -> list[list[bool] | None]:
-        """PPM prefix grading (App. D): for each (problem, reference_points, prefix_text), one bool per point
-        (reached or not), or None when the judge's answer could not be read. Empty prefixes send no request."""
-        items = list(items)
-        jobs, empty = self._grading_jobs(items, style)
-        answers = self._batch([(messages, parse) for _, messages, parse in jobs])
-        return self._merge_grades(items, jobs, empty, answers)
-
-    async def agrade_prefixes(self, items, style: str = "ppm") -> list[list[bool] | None]:
-        items = list(items)
-        jobs, empty = self._grading_jobs(items, style)
-        answers = await self._abatch([(messages, parse) for _, messages, parse in jobs])
-        return self._merge_grades(items, jobs, empty, answers)
-
-    def _rubric_jobs(self, items, tier: str):
-        if tier not in prompts.PAPO_TIERS:
-            raise ValueError(f"unknown rubric tier {tier!r}; accepted: {sorted(prompts.PAPO_TIERS)}")
-        allowed = prompts.PAPO_TIERS[tier][1]
-        jobs = []
-        for index, item in enumerate(items):
-            problem, reference, response = _unpack(item, 3, index, "(problem, reference_solution, response)")
-            messages = prompts.papo_rubric_messages(str(problem), str(reference), str(response), tier)
-            jobs.append((messages, lambda text: parsing.parse_boxed_score(text, allowed)))
-        return jobs
-
-    def score_rubric(self, items: Sequence[tuple[str, str, str]], tier: str = "three_tier") -> list[float | None]:
-        """PAPO process score (A.3 rubric prompt): for each (problem, reference_solution, response), the judge's
-        score in {0, 0.5, 1} ('three_tier') or {0, .25, .5, .75, 1} ('five_tier'), or None if unreadable."""
-        return self._batch(self._rubric_jobs(list(items), tier))
-
-    async def ascore_rubric(self, items, tier: str = "three_tier") -> list[float | None]:
-        return await self._abatch(self._rubric_jobs(list(items), tier))
-
-    def review_process(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[bool | None]:
-        """Process-reward baseline (PPM App. B.1/D): for each (problem, parts), True if the judge concludes
-        'Correct', False for 'Incorrect', None if unreadable."""
-        jobs = []
-        for index, item in enumerate(items):
-            problem, parts = _unpack(item, 2, index, "(problem, parts)")
-            if isinstance(parts, str):
-                parts = [parts]
-            jobs.append((prompts.process_reward_messages(str(problem), [str(p) for p in parts]), parsing.parse_process_verdict))
-        return self._batch(jobs)
-
-    def _points_job(self, problem: str, reference: str, answer: str | None):
-        def read(text: str) -> list[str] | None:
-            points = parsing.parse_rubric(text)
-            if points is None or (answer is not None and not parsing.answer_in_text(answer, points[-1])):
-                return None
-            return points
-
-        return prompts.rubric_generation_messages(str(problem), str(reference)), read
-
-    def generate_points(self, problem: str, reference: str, answer: str | None = None) -> list[str] | None:
-        """Reasoning points (the App. D rubric) for one problem; with `answer`, the last point must contain it."""
-        return self._batch([self._points_job(problem, reference, answer)])[0]
-
-    async def agenerate_points(self, problem: str, reference: str, answer: str | None = None) -> list[str] | None:
-        return (await self._abatch([self._points_job(problem, reference, answer)]))[0]
-
-    def _graph_job(self, problem: str, points: Sequence[str]):
-        points = _check_points(points, 0)
-        return prompts.obsoletion_graph_messages(str(problem), points), lambda text: parsing.parse_graph(text, len(points))
-
-    def generate_graph(self, problem: str, points: Sequence[str]) -> list[dict[str, list[int]]] | None:
-        """Obsoletion graph (App. D) over `points` as records [{"if_all": [...], "makes_obsolete": [...]}]."""
-        return self._batch([self._graph_job(problem, points)])[0]
-
-    async def agenerate_graph(self, problem: str, points: Sequence[str]) -> list[dict[str, list[int]]] | None:
-        return (await self._abatch([self._graph_job(problem, points)]))[0]
-
-
-def _unpack(item: Any, size: int, index: int, shape: str) -> tuple:
-    if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != size:
-        raise ValueError(f"judge item {index}: expected a tuple {shape}, got {type(item).__name__}")
-    return tuple(item)
-
-
-def _check_points(points: Any, index: int) -> list[str]:
-    if isinstance(points, str) or not isinstance(points, Sequence) or not points:
-        raise ValueError(f"judge item {index}: reference points must be a non-empty list of strings, got {points!r}")
-    if not all(isinstance(p, str) and p.strip() for p in points):
-        raise ValueError(f"judge item {index}: every reference point must be a non-empty string, got {points!r}")
-    return list(points)

@@ -348,7 +348,7 @@ class ARGTrainer(GRPOTrainer):
                 continue
             candidates = [
                 # A truncated candidate would be masked out of the loss: it cannot fill a slot then.
-                Candidate(correct and (done or not self.mask_truncated_completions), copy, 100 - prefix_len if prefix_len else 0)
+                Candidate(correct and (done or not self.mask_truncated_completions), copy, prefix_len)
                 for correct, copy, done, prefix_len in zip(
                     group.correct, group.copies_reference, group.terminated, group.prefix_lens
                 )

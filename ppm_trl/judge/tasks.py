@@ -1,0 +1,141 @@
+"""The paper tasks a judge performs, as batched, concurrent calls that return None for an unscorable item.
+
+`JudgeTasks` builds each task's prompt (`prompts`), picks its strict parser (`parsing`) and hands the batch to the
+request engine (`LiteLLMJudge._batch` / `_abatch`: cache, de-duplication, concurrency, retries). Every method has
+a blocking form for TRL's training step and an `a*` coroutine for callers that are already async.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ppm_trl.judge import parsing, prompts
+
+Parser = Callable[[str], Any]  # the answer text → the parsed value, or None when it cannot be read
+Job = tuple[list[dict[str, str]], Parser]
+
+
+class JudgeTasks:
+    """Mixin of `LiteLLMJudge`: needs `_batch(jobs)`, `_abatch(jobs)` and `stats`."""
+
+    def _batch(self, jobs: Sequence[Job]) -> list[Any]:
+        raise NotImplementedError
+
+    async def _abatch(self, jobs: Sequence[Job]) -> list[Any]:
+        raise NotImplementedError
+
+    def complete(self, messages: Sequence[list[dict[str, str]]], parse: Parser | None = None) -> list[Any]:
+        """Raw batched access: each chat `messages` list → `parse(answer)` (default: the non-empty text) or None."""
+        default = lambda text: text if text.strip() else None  # noqa: E731
+        return self._batch([(list(m), parse or default) for m in messages])
+
+    def _grading_jobs(self, items, style: str):
+        if style not in ("ppm", "standard"):
+            raise ValueError(f"unknown grading style {style!r}; accepted: 'ppm' (App. D) or 'standard' (§5.3 baseline)")
+        build = prompts.ppm_grading_messages if style == "ppm" else prompts.standard_rubric_messages
+        reader = parsing.parse_point_grades if style == "ppm" else parsing.parse_numbered_grades
+        jobs, empty = [], []
+        for index, item in enumerate(items):
+            problem, points, prefix = _unpack(item, 3, index, "(problem, reference_points, prefix_text)")
+            points = _check_points(points, index)
+            if not str(prefix).strip():
+                empty.append(index)  # an empty prefix reaches nothing: no request
+                continue
+            jobs.append((index, build(str(problem), points, str(prefix)), functools.partial(reader, num_points=len(points))))
+        return jobs, empty
+
+    def _merge_grades(self, items, jobs, empty, answers) -> list[list[bool] | None]:
+        out: list[list[bool] | None] = [None] * len(items)
+        for index in empty:
+            out[index] = [False] * len(items[index][1])
+        for (index, _, _), answer in zip(jobs, answers):
+            out[index] = answer
+        self.stats.add(skipped_empty=len(empty))
+        return out
+
+    def grade_prefixes(self, items: Sequence[tuple[str, Sequence[str], str]], style: str = "ppm") -> list[list[bool] | None]:
+        """PPM prefix grading (App. D): for each (problem, reference_points, prefix_text), one bool per point
+        (reached or not), or None when the judge's answer could not be read. Empty prefixes send no request."""
+        items = list(items)
+        jobs, empty = self._grading_jobs(items, style)
+        answers = self._batch([(messages, parse) for _, messages, parse in jobs])
+        return self._merge_grades(items, jobs, empty, answers)
+
+    async def agrade_prefixes(self, items, style: str = "ppm") -> list[list[bool] | None]:
+        items = list(items)
+        jobs, empty = self._grading_jobs(items, style)
+        answers = await self._abatch([(messages, parse) for _, messages, parse in jobs])
+        return self._merge_grades(items, jobs, empty, answers)
+
+    def _rubric_jobs(self, items, tier: str):
+        if tier not in prompts.PAPO_TIERS:
+            raise ValueError(f"unknown rubric tier {tier!r}; accepted: {sorted(prompts.PAPO_TIERS)}")
+        allowed = prompts.PAPO_TIERS[tier][1]
+        jobs = []
+        for index, item in enumerate(items):
+            problem, reference, response = _unpack(item, 3, index, "(problem, reference_solution, response)")
+            messages = prompts.papo_rubric_messages(str(problem), str(reference), str(response), tier)
+            jobs.append((messages, lambda text: parsing.parse_boxed_score(text, allowed)))
+        return jobs
+
+    def score_rubric(self, items: Sequence[tuple[str, str, str]], tier: str = "three_tier") -> list[float | None]:
+        """PAPO process score (A.3 rubric prompt): for each (problem, reference_solution, response), the judge's
+        score in {0, 0.5, 1} ('three_tier') or {0, .25, .5, .75, 1} ('five_tier'), or None if unreadable."""
+        return self._batch(self._rubric_jobs(list(items), tier))
+
+    async def ascore_rubric(self, items, tier: str = "three_tier") -> list[float | None]:
+        return await self._abatch(self._rubric_jobs(list(items), tier))
+
+    def review_process(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[bool | None]:
+        """Process-reward baseline (PPM App. B.1/D): for each (problem, parts), True if the judge concludes
+        'Correct', False for 'Incorrect', None if unreadable."""
+        jobs = []
+        for index, item in enumerate(items):
+            problem, parts = _unpack(item, 2, index, "(problem, parts)")
+            if isinstance(parts, str):
+                parts = [parts]
+            jobs.append((prompts.process_reward_messages(str(problem), [str(p) for p in parts]), parsing.parse_process_verdict))
+        return self._batch(jobs)
+
+    def _points_job(self, problem: str, reference: str, answer: str | None):
+        def read(text: str) -> list[str] | None:
+            points = parsing.parse_rubric(text)
+            if points is None or (answer is not None and not parsing.answer_in_text(answer, points[-1])):
+                return None
+            return points
+
+        return prompts.rubric_generation_messages(str(problem), str(reference)), read
+
+    def generate_points(self, problem: str, reference: str, answer: str | None = None) -> list[str] | None:
+        """Reasoning points (the App. D rubric) for one problem; with `answer`, the last point must contain it."""
+        return self._batch([self._points_job(problem, reference, answer)])[0]
+
+    async def agenerate_points(self, problem: str, reference: str, answer: str | None = None) -> list[str] | None:
+        return (await self._abatch([self._points_job(problem, reference, answer)]))[0]
+
+    def _graph_job(self, problem: str, points: Sequence[str]):
+        points = _check_points(points, 0)
+        return prompts.obsoletion_graph_messages(str(problem), points), lambda text: parsing.parse_graph(text, len(points))
+
+    def generate_graph(self, problem: str, points: Sequence[str]) -> list[dict[str, list[int]]] | None:
+        """Obsoletion graph (App. D) over `points` as records [{"if_all": [...], "makes_obsolete": [...]}]."""
+        return self._batch([self._graph_job(problem, points)])[0]
+
+    async def agenerate_graph(self, problem: str, points: Sequence[str]) -> list[dict[str, list[int]]] | None:
+        return (await self._abatch([self._graph_job(problem, points)]))[0]
+
+
+def _unpack(item: Any, size: int, index: int, shape: str) -> tuple:
+    if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != size:
+        raise ValueError(f"judge item {index}: expected a tuple {shape}, got {type(item).__name__}")
+    return tuple(item)
+
+
+def _check_points(points: Any, index: int) -> list[str]:
+    if isinstance(points, str) or not isinstance(points, Sequence) or not points:
+        raise ValueError(f"judge item {index}: reference points must be a non-empty list of strings, got {points!r}")
+    if not all(isinstance(p, str) and p.strip() for p in points):
+        raise ValueError(f"judge item {index}: every reference point must be a non-empty string, got {points!r}")
+    return list(points)

@@ -1,0 +1,28 @@
+"""Test-session setup: no Hub, telemetry or W&B traffic, and `gpu`-marked tests skipped where CUDA is missing."""
+
+from __future__ import annotations
+
+import os
+
+for _name, _value in {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "WANDB_MODE": "disabled",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():
+    os.environ.setdefault(_name, _value)
+
+import pytest  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (run `pytest -m gpu` on a GPU machine, see scripts/gpu_smoke.sh)")
+    for item in gpu_items:
+        item.add_marker(skip)
