@@ -36,6 +36,13 @@ class TrainScriptArguments:
         metadata={"help": f"Reward functions among {', '.join(REWARD_FUNCS)}; default: env_outcome for an env, "
                   "accuracy otherwise (arg: accuracy + format)."},
     )
+    multiturn: bool = field(
+        default=False,
+        metadata={"help": "Multi-turn form of the env (multi_countdown, matrix): one sub-problem per turn through "
+                  "TRL's environment/tool loop; sets segmentation=turns, num_segments=n, the per-turn budget."},
+    )
+    tokens_per_turn: int = field(default=256, metadata={"help": "Multi-turn: generation budget of one turn."})
+    tool_tokens_per_turn: int = field(default=128, metadata={"help": "Multi-turn: bound on one tool reply."})
     tiny_hidden_size: int = field(default=64, metadata={"help": "Width of `model_name_or_path: tiny`."})
     tiny_num_layers: int = field(default=2, metadata={"help": "Depth of `model_name_or_path: tiny`."})
 
@@ -85,6 +92,11 @@ def parse_train_args(argv: list[str]):
 def load_train_dataset(script_args):
     if script_args.env_name and script_args.dataset_name:
         raise SystemExit("ppm-trl train: give either `env_name` or `dataset_name`, not both")
+    if script_args.env_name and getattr(script_args, "multiturn", False):
+        from .envs.multiturn import make_multiturn_dataset
+
+        return make_multiturn_dataset(script_args.env_name, script_args.env_n, script_args.env_size,
+                                      seed=script_args.env_seed)
     if script_args.env_name:
         from .envs import make_dataset
 
@@ -112,10 +124,10 @@ def resolve_model(script_args, model_args, training_args) -> str:
     if name in (None, "", "tiny"):
         from .tiny import save_tiny_model
 
-        path = os.path.join(training_args.output_dir, "initial_tiny_model")
+        path = os.path.join(training_args.output_dir, "initial_tiny_model" + ("_tools" * script_args.multiturn))
         if not os.path.exists(os.path.join(path, "config.json")):
             save_tiny_model(path, seed=training_args.seed, hidden_size=script_args.tiny_hidden_size,
-                            num_hidden_layers=script_args.tiny_num_layers)
+                            num_hidden_layers=script_args.tiny_num_layers, tool_calling=script_args.multiturn)
         return path
     looks_local = name.startswith((".", "/", "~")) or name.count("/") >= 2  # a Hub id is `org/name`
     if looks_local and not os.path.exists(os.path.expanduser(name)):
@@ -157,6 +169,19 @@ def build_trainer(script_args, training_args, model_args):
             **({"dtype": model_args.dtype} if model_args.dtype not in (None, "auto") else {}),
             **({"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}),
         }
+    extra = {}
+    if script_args.multiturn:
+        from .envs.multiturn import MULTITURN_ENVIRONMENTS, multiturn_config_kwargs
+
+        if script_args.env_name not in MULTITURN_ENVIRONMENTS:
+            raise SystemExit(f"ppm-trl train: `multiturn` needs env_name in {sorted(MULTITURN_ENVIRONMENTS)}, "
+                             f"got {script_args.env_name!r}")
+        settings = multiturn_config_kwargs(script_args.env_n, script_args.tokens_per_turn,
+                                           script_args.tool_tokens_per_turn, use_vllm=training_args.use_vllm)
+        for key, value in settings.items():
+            if hasattr(training_args, key):
+                setattr(training_args, key, value)
+        extra["environment_factory"] = MULTITURN_ENVIRONMENTS[script_args.env_name]
     trainer_class = GRPOTrainer
     if script_args.method == "ppm":
         from .trainers.ppm import PPMGRPOTrainer as trainer_class
@@ -170,6 +195,7 @@ def build_trainer(script_args, training_args, model_args):
         args=training_args,
         train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
+        **extra,
     )
 
 
