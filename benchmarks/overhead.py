@@ -80,31 +80,44 @@ class TimedScorer:
             self.totals["scorer"] += time.perf_counter() - start
 
 
-def mix_in_references(trainer, dataset):
-    """After real generation, every other completion is replaced by its reference solution (the same for every
-    trainer), so groups are mixed: the scorers and judges have correct responses and progress to grade."""
-    tokenizer = trainer.processing_class
-    references = {row["prompt"][0]["content"]: row["reference"] for row in dataset}
-    generate = trainer._generate_single_turn
+class ReplayedBatch:
+    """The same completions for every trainer: sampled once from the tiny model (real HF generation), with every
+    other one replaced by its reference solution so groups are mixed (the scorers and judges have correct responses
+    and progress to grade). Replaying them makes the forward/backward work identical across trainers, so a step
+    ratio measures the method's own overhead; generation, which would dilute it, costs nothing here."""
 
-    def generate_then_mix(prompt_ids, *args, **kwargs):
-        completion_ids, logprobs = generate(prompt_ids, *args, **kwargs)
-        for i in range(0, len(completion_ids), 2):
-            prompt = tokenizer.decode(prompt_ids[i])
-            reference = next(r for p, r in references.items() if p in prompt)
-            completion_ids[i] = tokenizer(reference, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        return completion_ids, logprobs
+    def __init__(self, dataset):
+        self.references = {row["prompt"][0]["content"]: row["reference"] for row in dataset}
+        self.cache = {}
 
-    trainer._generate_single_turn = generate_then_mix
+    def install(self, trainer):
+        tokenizer = trainer.processing_class
+        generate = trainer._generate_single_turn
+
+        def replay(prompt_ids, *args, **kwargs):
+            key = tuple(map(tuple, prompt_ids))
+            if key not in self.cache:
+                completion_ids, _ = generate(prompt_ids, *args, **kwargs)
+                for i in range(0, len(completion_ids), 2):
+                    prompt = tokenizer.decode(prompt_ids[i])
+                    reference = next(r for p, r in self.references.items() if p in prompt)
+                    completion_ids[i] = tokenizer(reference, add_special_tokens=False)["input_ids"] + [
+                        tokenizer.eos_token_id]
+                self.cache[key] = completion_ids
+            return [list(ids) for ids in self.cache[key]], None
+
+        trainer._generate_single_turn = replay
 
 
-def run(trainer_class, config_class, steps, dataset, pieces=(), scorer_attr=None, **extra):
+def run(trainer_class, config_class, steps, dataset, pieces=(), scorer_attr=None, replay=None,
+        reward_funcs=env_outcome_reward, keep_trainer=False, setup=None, **extra):
     """Median step time after 2 warm-up steps, and the mean per-step time of each wrapped piece."""
     model, tokenizer = build_tiny_model_and_tokenizer(seed=0, hidden_size=64, num_hidden_layers=2)
     args = config_class(output_dir=tempfile.mkdtemp(), max_steps=steps, **{**COMMON, **extra})
-    trainer = trainer_class(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
+    trainer = trainer_class(model=model, processing_class=tokenizer, reward_funcs=reward_funcs, args=args,
                             train_dataset=dataset)
-    mix_in_references(trainer, dataset)
+    if replay is not None:
+        replay.install(trainer)
     timer = StepTimer()
     trainer.add_callback(timer)
     totals = defaultdict(float)
@@ -112,13 +125,57 @@ def run(trainer_class, config_class, steps, dataset, pieces=(), scorer_attr=None
         timed(trainer, name, totals)
     if scorer_attr:
         setattr(trainer, scorer_attr, TimedScorer(getattr(trainer, scorer_attr), totals))
+    if setup is not None:
+        setup(trainer)
     trainer.train()
-    return statistics.median(timer.times[2:]), {k: v / len(timer.times) for k, v in totals.items()}
+    result = statistics.median(timer.times[2:]), {k: v / len(timer.times) for k, v in totals.items()}
+    return (*result, trainer) if keep_trainer else result
+
+
+def arg_overhead(steps: int) -> dict:
+    """ARG on a task the tiny model always fails (every group is an all-failure group): the time ARG adds per step
+    (`_guide_failed_groups`: early verification, surprisal forward, the continuation call, verification, selector)
+    against plain generation of the same number of extra sequences with the same budget."""
+    from ppm_trl.configs import ARGConfig
+    from ppm_trl.rewards import accuracy_reward, format_reward
+    from ppm_trl.trainers.arg import ARGTrainer
+
+    dataset = make_dataset("chain", 3, 64, seed=0)
+    sizes = []
+
+    def count_generation_rows(trainer):
+        generate = trainer._generate_single_turn
+
+        def counting(prompt_ids, *args, **kwargs):
+            sizes.append(len(prompt_ids))
+            return generate(prompt_ids, *args, **kwargs)
+
+        trainer._generate_single_turn = counting
+
+    step, totals, trainer = run(ARGTrainer, ARGConfig, steps, dataset, pieces=["_guide_failed_groups"],
+                                reward_funcs=[accuracy_reward, format_reward], keep_trainer=True,
+                                setup=count_generation_rows, reward_weights=[1.0, 0.2], warmup_steps=0)
+    generate = type(trainer)._generate_single_turn.__get__(trainer)
+    extra_rows = statistics.median(sizes[1::2])  # calls alternate: the group's G samples, then the continuations
+    tokenizer = trainer.processing_class
+    texts = [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+             for row in dataset.select(range(int(extra_rows)))]
+    prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    plain = []
+    for _ in range(3):
+        start = time.perf_counter()
+        generate(prompts, None, {}, 1)
+        plain.append(time.perf_counter() - start)
+    guide = totals["_guide_failed_groups"]
+    return {"arg_step_s": step, "arg_extra_s": guide, "arg_extra_rows": extra_rows,
+            "plain_generation_same_rows_s": statistics.median(plain),
+            "arg_extra_vs_plain_generation": guide / statistics.median(plain)}
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -127,26 +184,33 @@ def main():
     from ppm_trl.trainers.papo import PAPOTrainer
     from ppm_trl.trainers.ppm import PPMGRPOTrainer
 
-    results = {}
-    grpo_step, _ = run(GRPOTrainer, GRPOConfig, args.steps, dataset)
-    results["grpo_step_s"] = grpo_step
-
+    results = defaultdict(list)
+    replay = ReplayedBatch(dataset)
     ppm_pieces = ["_prefix_lengths", "_segment_advantages", "_segment_ids", "_log_ppm"]
-    ppm_step, ppm_totals = run(PPMGRPOTrainer, PPMConfig, args.steps, dataset, pieces=ppm_pieces,
-                               scorer_attr="progress_scorer", filter_zero_advantage_groups=False)
-    ppm_math = sum(ppm_totals[n] for n in ppm_pieces)
-    results.update(ppm_step_s=ppm_step, ppm_vs_grpo=ppm_step / grpo_step, ppm_math_s=ppm_math,
-                   ppm_math_fraction_of_step=ppm_math / ppm_step, ppm_scorer_s=ppm_totals["scorer"])
-
-    papo_step, papo_totals = run(PAPOTrainer, PAPOConfig, args.steps, dataset, scorer_attr="process_scorer")
-    papo_without_judge = papo_step - papo_totals["scorer"]
-    results.update(papo_step_s=papo_step, papo_scorer_s=papo_totals["scorer"],
-                   papo_without_judge_vs_grpo=papo_without_judge / grpo_step)
-
+    for _ in range(args.repeats):  # interleaved, so machine-load drift hits every trainer alike
+        grpo_step, _ = run(GRPOTrainer, GRPOConfig, args.steps, dataset, replay=replay)
+        ppm_step, ppm_totals = run(PPMGRPOTrainer, PPMConfig, args.steps, dataset, replay=replay, pieces=ppm_pieces,
+                                   scorer_attr="progress_scorer", filter_zero_advantage_groups=False,
+                                   learning_rate=COMMON["learning_rate"], epsilon_high=None, num_generations=8)
+        papo_step, papo_totals = run(PAPOTrainer, PAPOConfig, args.steps, dataset, replay=replay,
+                                     scorer_attr="process_scorer")
+        ppm_math = sum(ppm_totals[n] for n in ppm_pieces)
+        results["grpo_step_s"].append(grpo_step)
+        results["ppm_vs_grpo"].append(ppm_step / grpo_step)
+        results["ppm_without_scorer_vs_grpo"].append((ppm_step - ppm_totals["scorer"]) / grpo_step)
+        results["ppm_math_fraction_of_step"].append(ppm_math / ppm_step)
+        results["ppm_scorer_s"].append(ppm_totals["scorer"])
+        results["papo_without_judge_vs_grpo"].append((papo_step - papo_totals["scorer"]) / grpo_step)
+        results["papo_scorer_s"].append(papo_totals["scorer"])
+    results = {key: statistics.median(values) for key, values in results.items()}
+    results.update(arg_overhead(args.steps))
     print(json.dumps(results, indent=1))
-    print(f"PPM step / GRPO step: {results['ppm_vs_grpo']:.3f}; PPM advantage+segmentation = "
+    print(f"PPM step / GRPO step: {results['ppm_vs_grpo']:.3f} (without the programmatic scorer "
+          f"{results['ppm_without_scorer_vs_grpo']:.3f}); PPM advantage+segmentation = "
           f"{100 * results['ppm_math_fraction_of_step']:.2f}% of a PPM step (target < 2%)")
     print(f"PAPO step without judge / GRPO step: {results['papo_without_judge_vs_grpo']:.3f} (target <= 1.02)")
+    print(f"ARG extra time / plain generation of the same {results['arg_extra_rows']:.0f} sequences: "
+          f"{results['arg_extra_vs_plain_generation']:.3f} (target <= 1.2)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

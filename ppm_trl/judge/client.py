@@ -1,7 +1,7 @@
 """`LiteLLMJudge`: a concurrent, cached, retrying LLM-as-a-judge client on `litellm.acompletion`.
 
 Any LiteLLM model string works (`gemini/gemini-2.5-flash-lite`, `openai/gpt-4o-mini`, `hosted_vllm/<name>` with
-`api_base` for a local vLLM/SGLang server). Requests run on a private asyncio loop in a background thread, so the
+`api_base` for a local vLLM/SGLang server). Requests run on a background asyncio loop (`loop.py`), so the
 synchronous task API (`grade_prefixes`, `score_rubric`, ...) works from inside a TRL training step even when TRL
 runs its own loop in another thread; the `a*` coroutines serve callers that are already async.
 
@@ -23,12 +23,11 @@ import logging
 import os
 import random
 import re
-import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ppm_trl.judge import loop as shared_loop
 from ppm_trl.judge.cache import ResponseCache, request_key
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import JudgeTasks, Parser
@@ -101,28 +100,6 @@ def _classify(error: BaseException) -> str:
             return "retry"
         return "fail"
     return "retry"  # connection errors and other transport failures without a status
-
-
-async def _drain(transport: Any) -> None:
-    """Close the transport and cancel what else runs on the judge loop (e.g. LiteLLM's logging worker)."""
-    await transport.aclose()
-    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await asyncio.get_running_loop().shutdown_asyncgens()
-
-
-def _shutdown(loop: asyncio.AbstractEventLoop, thread: threading.Thread, transport: Any) -> None:
-    if thread.is_alive():
-        try:
-            asyncio.run_coroutine_threadsafe(_drain(transport), loop).result(10)
-        except Exception as error:  # closing is best effort
-            logger.debug("closing the judge transport failed: %s", error)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-    if not thread.is_alive() and not loop.is_closed():
-        loop.close()
 
 
 class LiteLLMJudge(JudgeTasks):
@@ -205,15 +182,13 @@ class LiteLLMJudge(JudgeTasks):
     def _init_runtime(self) -> None:
         self.stats = JudgeStats()
         self._cache = None if self.cache_dir is None else ResponseCache(self.cache_dir)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._semaphore: asyncio.Semaphore | None = None
-        self._loop_lock = threading.Lock()
-        self._finalizer: weakref.finalize | None = None
+        self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
             self.model, self.api_base, self.timeout, self.api_key_env, self.litellm_kwargs
         )
+        shared_loop.register_closer(self._transport)  # closed at interpreter exit if close() is never called
         self._cache_params = {"temperature": self.temperature} | {
             k: v for k, v in self.litellm_kwargs.items() if k not in TRANSPORT_ARGUMENTS
         }
@@ -239,9 +214,8 @@ class LiteLLMJudge(JudgeTasks):
         return f"LiteLLMJudge({shown})"
 
     def __getstate__(self) -> dict[str, Any]:
-        # The loop, thread and lock cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
-        runtime = {"stats", "_cache", "_loop", "_thread", "_semaphore", "_loop_lock", "_finalizer", "_rng",
-                   "_transport", "_cache_params"}
+        # Runtime objects cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
+        runtime = {"stats", "_cache", "_semaphore", "_semaphore_loop", "_rng", "_transport", "_cache_params"}
         return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -249,49 +223,13 @@ class LiteLLMJudge(JudgeTasks):
         self._init_runtime()
 
     # ------------------------------------------------------------------------------------- event loop
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:
-            if self._loop is None or self._thread is None or not self._thread.is_alive():
-                if self._finalizer is not None:  # a loop thread that died: release what it held
-                    self._finalizer()
-                loop = asyncio.new_event_loop()
-                started = threading.Event()
-
-                def serve() -> None:
-                    asyncio.set_event_loop(loop)
-                    loop.call_soon(started.set)
-                    loop.run_forever()
-
-                self._thread = threading.Thread(target=serve, name="ppm-trl-judge-loop", daemon=True)
-                self._thread.start()
-                started.wait()
-                self._loop = loop
-                self._semaphore = None
-                # Also runs at interpreter exit or when the judge is garbage-collected without close().
-                self._finalizer = weakref.finalize(self, _shutdown, loop, self._thread, self._transport)
-        return self._loop
-
     def run(self, coroutine_factory: Callable[[], Any]) -> Any:
-        """Run `coroutine_factory()` on the judge's loop and wait for it (the synchronous facade)."""
-        loop = self._ensure_loop()
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("a synchronous judge method was called on the judge's own event loop; await the a* method")
-        return asyncio.run_coroutine_threadsafe(coroutine_factory(), loop).result()
-
-    async def _on_own_loop(self, coroutine_factory: Callable[[], Any]) -> Any:
-        """Await `coroutine_factory()` on the judge's loop from any running loop (TRL's, a user's, or ours)."""
-        loop = self._ensure_loop()
-        if asyncio.get_running_loop() is loop:
-            return await coroutine_factory()
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine_factory(), loop))
+        """Run `coroutine_factory()` on the judges' background loop and wait for it (the synchronous facade)."""
+        return shared_loop.run_blocking(coroutine_factory)
 
     def close(self) -> None:
-        """Close the transport and stop the background loop (a later request starts a new one)."""
-        with self._loop_lock:
-            finalizer, self._finalizer = self._finalizer, None
-            self._loop, self._thread, self._semaphore = None, None, None
-        if finalizer is not None:
-            finalizer()
+        """Close this judge's connections (the shared loop keeps serving other judges; a later request reconnects)."""
+        shared_loop.close_soon(self._transport)
 
     def __enter__(self) -> LiteLLMJudge:
         return self
@@ -323,8 +261,9 @@ class LiteLLMJudge(JudgeTasks):
                 if parsed is not None:
                     self.stats.add(cache_hits=1)
                     return parsed
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self.max_concurrency)
+        running = asyncio.get_running_loop()
+        if self._semaphore_loop is not running:  # first use, or a new loop after a fork
+            self._semaphore, self._semaphore_loop = asyncio.Semaphore(self.max_concurrency), running
         self.stats.add(calls=1)
         started = None  # latency = first attempt start → answer, queueing for a slot excluded
         for attempt in range(self.num_retries + 1):
@@ -402,7 +341,7 @@ class LiteLLMJudge(JudgeTasks):
         return [tasks[key].result() for key in keys]
 
     def _batch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
-        return self.run(lambda: self._answer_many(jobs))
+        return shared_loop.run_blocking(lambda: self._answer_many(jobs))
 
     async def _abatch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
-        return await self._on_own_loop(lambda: self._answer_many(jobs))
+        return await shared_loop.run_async(lambda: self._answer_many(jobs))

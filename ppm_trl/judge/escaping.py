@@ -8,8 +8,8 @@ mistake for the prompt's structure:
 
 - tags `<rollout>` / `</rollout>` (and `&lt;` forms) become `‹rollout›` / `‹/rollout›`;
 - 'Section 2' becomes '§ 2', so neither the judge nor `parse_point_grades` can meet a section header in it;
-- lines that mimic the prompt's headers or the judge's answer format (`# Rubric`, `1. YES`, `Verdict: YES`,
-  `## Evaluation`, `Score: ...`) are quoted with a leading '> '.
+- lines that mimic the prompt's headers or the judge's answer format (`# Rubric`, `Student solution:`, `-------`,
+  `1. YES`, `Verdict: YES`, `## Evaluation`, `Score: ...`) are quoted with a leading '> '.
 
 `\\boxed{}` is left alone in PAPO student solutions: it is how a student states the final answer, which the
 judge must see; the score is read from the judge's *last* `\\boxed{}`, which follows its own 'Score:'.
@@ -24,7 +24,8 @@ _SECTION = re.compile(r"\bsection(?=\s*[-–—:.]?\s*\d)", re.IGNORECASE)
 
 _PPM_LINES = re.compile(
     r"^(?=\s*[#*_]*\s*(?:"
-    r"(?:problem\s+statement|partial\s+rollout|rubric|instructions)\b"  # the prompt's own '# ...' headers
+    r"(?:problem\s+statement|partial\s+rollout|rubric|instructions|student\s+solution)\b"  # the prompts' headers
+    r"|-{3,}\s*$"  # the standard rubric prompt's '-------' separators
     r"|\d+\s*[.):]\s*[*_]*\s*(?:yes|no)\b"  # a numbered grade line
     r"|(?:criterion|evidence|reason|verdict)\s*:"  # Section 1 fields
     r"))",

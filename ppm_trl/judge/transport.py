@@ -121,12 +121,15 @@ class OpenAIHTTPTransport:
         self.key_variable = api_key_env or _OPENAI_COMPATIBLE[provider]
         self.pricing = _Pricing(model)
         self._session = None
+        self._session_loop = None
 
     async def send(self, messages: list[dict[str, str]], temperature: float) -> Reply:
         import aiohttp  # installed with LiteLLM
 
-        if self._session is None or self._session.closed:
+        running = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not running:  # new loop after fork
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            self._session_loop = running
         headers = {"Content-Type": "application/json", **self.extra_headers}
         key = os.environ.get(self.key_variable)
         if key:
@@ -154,7 +157,7 @@ class OpenAIHTTPTransport:
         return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost)
 
     async def aclose(self) -> None:
-        if self._session is not None and not self._session.closed:
+        if self._session is not None and not self._session.closed and self._session_loop is asyncio.get_running_loop():
             await self._session.close()
 
 
