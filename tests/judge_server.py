@@ -65,6 +65,13 @@ def _grade_ppm(user: str) -> str:
     return "\n".join(lines)
 
 
+def _grade_standard(user: str) -> str:
+    student, _ = _between(user, r"^Student solution:\s*$", r"^-------\s*$")
+    rubric, _ = _between(user, r"^Rubric:\s*$", r"^-------\s*$")
+    criteria = [text for _, text in _NUMBERED.findall(rubric)]
+    return "\n".join(f"{i}. {'YES' if _criterion_met(c, student) else 'NO'}" for i, c in enumerate(criteria, start=1))
+
+
 def _grade_papo(user: str) -> str:
     reference, _ = _between(user, r"^## Reference Solution\s*$", r"^## Student Solution\s*$")
     student, after_student = _between(user, r"^## Student Solution\s*$", r"^## Evaluation\s*$")
@@ -119,6 +126,8 @@ def scripted_judge(body: dict) -> str:
         return _grade_papo(user)
     if "Section 2" in system:
         return _grade_ppm(user)
+    if "grade the student solution against the rubric" in system:
+        return _grade_standard(user)
     if "Generate a rubric" in system:
         return _generate_rubric(user)
     if "obsoletion graph" in system:

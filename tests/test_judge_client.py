@@ -214,6 +214,8 @@ def test_task_api_and_input_errors(server):
                           "The solution concludes that the answer is \\boxed{5}."]
         assert judge.generate_points("P", reference, answer="7") is None  # last point must state the answer
         assert judge.generate_graph("P", points) == [{"if_all": [2], "makes_obsolete": [1]}]
+        standard = judge.grade_prefixes([("P", POINTS, "gamma, alpha"), ("P", POINTS, "")], style="standard")
+        assert standard == [[True, False, True], [False, False, False]]  # the §5.3 'standard rubric' baseline prompt
         assert judge.review_process([("P", ["fine", "an ERROR"]), ("P", "fine")]) == [False, True]
         with pytest.raises(ValueError, match="item 1"):
             judge.grade_prefixes([("P", POINTS, "a"), ("P", [], "b")])
@@ -250,3 +252,22 @@ def test_stats_callback_logs_per_step_deltas(server):
         quiet = {"loss": 0.5}
         callback.on_log(None, state, None, logs=quiet)
         assert quiet["judge/calls"] == 0 and "judge/latency_p50" not in quiet  # nothing happened: no fake latency
+
+
+def test_two_judges_in_two_threads_share_one_loop(server, caplog):
+    # LiteLLM binds process-wide state to one event loop; judges used concurrently must not fight over it.
+    first, second, results = make_judge(server), make_judge(server), {}
+
+    def grade(name, judge):
+        results[name] = judge.grade_prefixes([("P", POINTS, f"{name} {i} gamma") for i in range(30)])
+
+    with caplog.at_level(logging.ERROR):
+        threads = [threading.Thread(target=grade, args=item) for item in (("first", first), ("second", second))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        first.close()
+        second.close()
+    assert results["first"] == results["second"] == [[False, False, True]] * 30
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# GPU smoke test: on a CUDA machine with nothing installed, install the pinned GPU stack, then run
+#   1. PPM, PAPO (with LoRA) and ARG for a few steps with vLLM colocate (sleep mode) on a small Qwen3-architecture
+#      model built offline (no Hub access at run time),
+#   2. one DeepSpeed ZeRO-3 run (ARG + vLLM colocate: sharded weights gathered for the weight sync, surprisal
+#      forward on the sharded model),
+#   3. the GPU tests (`pytest -m gpu`),
+# and print step times and peak GPU memory per run (also written to $SMOKE_OUT/summary.md). Budget: < 9 minutes
+# on one H100/H200, install included.
+#
+#   bash scripts/gpu_smoke.sh                                  # venv in .venv-gpu, installs the pinned stack
+#   SKIP_INSTALL=1 PYTHON=/path/to/python bash scripts/gpu_smoke.sh   # reuse an environment that has it
+# Knobs (environment): VENV, PYTHON, SKIP_INSTALL, SMOKE_OUT (outputs/gpu_smoke), STEPS (3), SKIP_PYTEST.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv-gpu}
+STEPS=${STEPS:-3}
+SMOKE_OUT=${SMOKE_OUT:-outputs/gpu_smoke}
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1
+SECONDS=0
+mkdir -p "$SMOKE_OUT"
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || {
+  echo "gpu_smoke: no CUDA GPU visible (nvidia-smi failed)" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------------------------- 0. install
+if [ "${SKIP_INSTALL:-0}" != 1 ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  # torch first and exact: vllm pins it, and an unpinned resolve may pick another CUDA build.
+  "$VENV/bin/pip" install -q "torch==2.13.0"
+  "$VENV/bin/pip" install -q -e '.[dev,vllm,deepspeed]'
+  echo "gpu_smoke: install done after ${SECONDS}s"
+fi
+PY=${PYTHON:-$VENV/bin/python}
+BIN=$(dirname "$PY")
+"$PY" -c "import torch, vllm, trl, deepspeed, transformers; print('gpu_smoke: torch', torch.__version__, '| vllm',
+vllm.__version__, '| trl', trl.__version__, '| deepspeed', deepspeed.__version__, '| transformers',
+transformers.__version__, '|', torch.cuda.get_device_name(0))"
+
+# ------------------------------------------------------------------- a small Qwen3 model, built offline
+MODEL="$SMOKE_OUT/qwen3_small"
+"$PY" - "$MODEL" <<'EOF'
+import sys
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from ppm_trl.tiny import build_tiny_tokenizer
+
+path = sys.argv[1]
+tokenizer = build_tiny_tokenizer()  # byte-level, Qwen-style chat template
+config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+                     num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
+                     tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+                     eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+torch.manual_seed(0)
+model = Qwen3ForCausalLM(config).to(torch.bfloat16)  # vLLM takes the dtype from the checkpoint
+model.generation_config.eos_token_id = tokenizer.eos_token_id
+model.generation_config.pad_token_id = tokenizer.pad_token_id
+model.save_pretrained(path)
+tokenizer.save_pretrained(path)
+print(f"gpu_smoke: Qwen3 model, {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {path}")
+EOF
+
+# ------------------------------------------------------------------------------------------ training runs
+COMMON=(--model_name_or_path "$MODEL" --env_name multi_countdown --env_n 2 --env_size 64
+        --max_steps "$STEPS" --per_device_train_batch_size 8 --gradient_accumulation_steps 2 --num_generations 8
+        --max_completion_length 256 --use_vllm true --vllm_mode colocate --vllm_gpu_memory_utilization 0.2
+        --vllm_enable_sleep_mode true --bf16 true --logging_steps 1 --save_strategy no --report_to none)
+
+run() {  # name, accelerate config, example script, extra flags...
+  local name=$1 config=$2 script=$3; shift 3
+  local log="$SMOKE_OUT/$name.log" mem="$SMOKE_OUT/$name.mem" start=$SECONDS
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 200 > "$mem" &
+  local monitor=$!
+  local status=0
+  "$BIN/accelerate" launch --config_file "configs/accelerate/$config" --num_processes 1 "examples/$script" \
+    "${COMMON[@]}" --output_dir "$SMOKE_OUT/$name" "$@" > "$log" 2>&1 || status=$?
+  kill "$monitor" 2>/dev/null || true
+  wait "$monitor" 2>/dev/null || true
+  echo "$name $status $((SECONDS - start))" >> "$SMOKE_OUT/runs.txt"
+  if [ "$status" != 0 ]; then
+    echo "gpu_smoke: $name FAILED (exit $status); last lines of $log:" >&2
+    tail -n 30 "$log" >&2
+  else
+    echo "gpu_smoke: $name ok in $((SECONDS - start))s"
+  fi
+}
+
+: > "$SMOKE_OUT/runs.txt"
+run ppm_vllm single_gpu.yaml train_ppm.py
+run papo_vllm_lora single_gpu.yaml train_papo.py --use_peft true --lora_r 16 --lora_alpha 32 \
+  --lora_target_modules q_proj k_proj v_proj o_proj gate_proj up_proj down_proj
+run arg_vllm single_gpu.yaml train_arg.py
+run arg_vllm_zero3 zero3.yaml train_arg.py
+
+# --------------------------------------------------------------------------------------------- GPU tests
+PYTEST_STATUS=0
+if [ "${SKIP_PYTEST:-0}" != 1 ]; then
+  start=$SECONDS
+  "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs tests 2>&1 | tee "$SMOKE_OUT/pytest_gpu.log" || PYTEST_STATUS=$?
+  echo "pytest_gpu $PYTEST_STATUS $((SECONDS - start))" >> "$SMOKE_OUT/runs.txt"
+fi
+
+# ------------------------------------------------------------------------------------------------ summary
+"$PY" - "$SMOKE_OUT" <<'EOF'
+import json
+import statistics
+import sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+lines = ["| run | exit | wall s | steps | first step s | median later step s | peak torch GiB | peak GPU (nvidia-smi) GiB |",
+         "|---|---|---|---|---|---|---|---|"]
+for record in (out / "runs.txt").read_text().split("\n"):
+    if not record.strip():
+        continue
+    name, status, wall = record.split()
+    summary, peak_smi = {}, None
+    log = out / f"{name}.log"
+    if log.exists():
+        done = [line for line in log.read_text().splitlines() if ": done {" in line]
+        summary = json.loads(done[-1].split(": done ", 1)[1]) if done else {}
+    mem = out / f"{name}.mem"
+    if mem.exists():
+        used = [int(v) for v in mem.read_text().split() if v.strip().isdigit()]
+        peak_smi = max(used) / 1024 if used else None
+    steps = summary.get("step_time_s") or []
+    row = [name, status, wall, str(summary.get("steps", "-")),
+           f"{steps[0]:.2f}" if steps else "-",
+           f"{statistics.median(steps[1:]):.2f}" if len(steps) > 1 else "-",
+           f"{summary['peak_torch_gpu_memory_gib']:.2f}" if "peak_torch_gpu_memory_gib" in summary else "-",
+           f"{peak_smi:.2f}" if peak_smi is not None else "-"]
+    lines.append("| " + " | ".join(row) + " |")
+table = "\n".join(lines)
+(out / "summary.md").write_text(table + "\n")
+print(table)
+EOF
+echo "gpu_smoke: total ${SECONDS}s"
+if awk '$2 != 0 { failed = 1 } END { exit !failed }' "$SMOKE_OUT/runs.txt"; then
+  echo "gpu_smoke: FAILED (see the logs in $SMOKE_OUT)" >&2
+  exit 1
+fi
+echo "gpu_smoke: all runs passed"
