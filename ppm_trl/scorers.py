@@ -137,6 +137,32 @@ class ProgressScorer:
         return graph.progress(reached, shortcut=self.shortcutting)
 
 
+class JudgeProcessRewardScorer:
+    """Process-reward baseline with a judge (PPM App. B.1/D): each chunk c_k is judged ALONE for correctness by the
+    App. D process prompt; the (N, K) value is 1 (correct) / 0 (incorrect) / NaN (unreadable), empty chunks 0."""
+
+    def __init__(self, judge):
+        self.judge = judge
+        self.stats = Counter()
+
+    def __call__(self, rows, texts):
+        requests, where = [], []
+        for i, (row, row_texts) in enumerate(zip(rows, texts)):
+            for k, text in enumerate(row_texts):
+                if text.strip():
+                    requests.append((problem_text(row), [text]))
+                    where.append((i, k))
+                else:
+                    self.stats["skipped_empty"] += 1
+        verdicts = self.judge.review_process(requests) if requests else []
+        self.stats["requests"] += len(requests)
+        self.stats["failures"] += sum(v is None for v in verdicts)
+        values = torch.zeros(len(rows), len(texts[0]) if texts else 0, dtype=torch.float64)
+        for (i, k), verdict in zip(where, verdicts):
+            values[i, k] = math.nan if verdict is None else float(verdict)
+        return values
+
+
 class ProgrammaticProcessScorer:
     """PAPO process score without an LLM: the fraction of reference points a (correct) response shows, no shortcut."""
 
@@ -174,8 +200,17 @@ def build_judge(args):
 
 def build_progress_scorer(args) -> ProgressScorer:
     """The progress scorer a `PPMConfig` names (`progress_scorer`: programmatic | judge)."""
-    matcher = ProgrammaticPointMatcher() if args.progress_scorer == "programmatic" else JudgePointMatcher(build_judge(args))
-    return ProgressScorer(matcher, mode=args.progress_mode, shortcutting=args.shortcutting)
+    if args.progress_scorer == "programmatic":
+        return ProgressScorer(ProgrammaticPointMatcher(), mode=args.progress_mode, shortcutting=args.shortcutting)
+    judge = build_judge(args)
+    if args.progress_mode == "process_reward":
+        return JudgeProcessRewardScorer(judge)
+    return ProgressScorer(JudgePointMatcher(judge), mode=args.progress_mode, shortcutting=args.shortcutting)
+
+
+def scorer_judge(scorer):
+    """The LiteLLMJudge behind a scorer, if any (for the judge-statistics callback)."""
+    return getattr(scorer, "judge", None) or getattr(getattr(scorer, "matcher", None), "judge", None)
 
 
 def build_process_scorer(args):

@@ -121,3 +121,26 @@ def test_deepspeed_schema_rejects_a_typo():
 
     with pytest.raises(Exception, match="persistance"):
         DeepSpeedZeroConfig(stage=3, stage3_param_persistance_threshold=0)
+
+
+# ------------------------------------------------------------------------ 24 GB LoRA configs (configs/lora_24gb_*)
+LORA_24GB = {"ppm": "PPMConfig", "papo": "PAPOConfig", "arg": "ARGConfig", "grpo": "GRPOConfig"}
+
+
+@pytest.mark.parametrize("method", sorted(LORA_24GB))
+def test_lora_24gb_config_parses(method):
+    """Every key is a field of the method's config or ModelConfig (TrlParser rejects unknown keys), and the batch
+    arithmetic works. `--use_cpu true` only lets `bf16: true` pass on this CUDA-less machine."""
+    from ppm_trl.cli import parse_train_args
+
+    script, training, model = parse_train_args(["--config", str(REPO / "configs" / f"lora_24gb_{method}.yaml"),
+                                                "--use_cpu", "true"])
+    assert script.method == method and type(training).__name__ == LORA_24GB[method]
+    assert model.model_name_or_path == "Qwen/Qwen3-1.7B" and model.dtype == "bfloat16"
+    assert model.use_peft and model.lora_r > 0 and set(model.lora_target_modules) >= {"q_proj", "v_proj"}
+    assert training.use_vllm and training.vllm_mode == "colocate" and training.vllm_enable_sleep_mode
+    assert 0 < training.vllm_gpu_memory_utilization <= 0.5  # the rest of 24 GB is for training
+    assert training.bf16 and training.gradient_checkpointing
+    assert training.vllm_max_model_length > training.max_completion_length
+    # Groups stay on one process (ARG requires it; cheapest for the others).
+    assert (training.per_device_train_batch_size * training.steps_per_generation) % training.num_generations == 0

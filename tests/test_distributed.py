@@ -219,6 +219,32 @@ def test_papo_straddling_group_matches_one_process(launch_name, ddp_run, zero3_r
         assert two[str(position)]["advantages"] == [pytest.approx(expected[position], abs=1e-4)]
 
 
+# ---------------------------------------------------------------------------------------------- examples/
+def _example(method: str):
+    spec = importlib.util.spec_from_file_location(f"example_train_{method}", REPO / "examples" / f"train_{method}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("method", ["ppm", "papo", "grpo"])
+def test_example_script_trains_and_saves(method, tmp_path, capsys):
+    """The accelerate-launchable scripts, in-process on CPU: parse the tiny YAML + flags, train, save, summarise."""
+    _example(method).main(["--config", str(REPO / "configs" / f"{method}_tiny_countdown.yaml"), "--max_steps", "1",
+                           "--output_dir", str(tmp_path), "--env_size", "8", "--max_completion_length", "16",
+                           "--disable_tqdm", "true"])
+    done = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"train_{method}: done ")]
+    summary = json.loads(done[-1].split(" done ", 1)[1])
+    assert summary["method"] == method and summary["steps"] == 1 and len(summary["step_time_s"]) == 1
+    assert (tmp_path / "model.safetensors").exists()
+
+
+def test_example_script_refuses_another_method(tmp_path):
+    with pytest.raises(SystemExit, match="trains `papo`"):
+        _example("papo").main(["--config", str(REPO / "configs" / "ppm_tiny_countdown.yaml"),
+                               "--output_dir", str(tmp_path)])
+
+
 # ------------------------------------------------------------------------------------------------- GPU only
 needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed")
 

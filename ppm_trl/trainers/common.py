@@ -78,3 +78,14 @@ def recount_loss_tokens(trainer, output: dict) -> None:
 def log_metric(trainer, name: str, value: float) -> None:
     mode = "train" if trainer.model.training else "eval"
     trainer._metrics[mode][name].append(float(value))
+
+
+def install_judge_stats(trainer, scorer) -> None:
+    """Log judge/* metrics (calls, cache hits, failures, retries, latency, cost) when a scorer calls a judge."""
+    from ..scorers import scorer_judge
+
+    judge = scorer_judge(scorer)
+    if judge is not None:
+        from ..judge import JudgeStatsCallback
+
+        JudgeStatsCallback(judge).install(trainer)

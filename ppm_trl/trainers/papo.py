@@ -22,6 +22,7 @@ from ..scorers import build_process_scorer
 from .common import (
     check_columns,
     completion_text,
+    install_judge_stats,
     log_metric,
     process_slice,
     replace_logged_advantages,
@@ -64,6 +65,7 @@ class PAPOTrainer(GRPOTrainer):
         self._papo_process = None
         self._papo_stats_seen = {}
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        install_judge_stats(self, self.process_scorer)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)

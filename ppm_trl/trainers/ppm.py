@@ -32,6 +32,7 @@ from ..segments import (
 )
 from .common import (
     check_columns,
+    install_judge_stats,
     log_metric,
     process_slice,
     recount_loss_tokens,
@@ -77,6 +78,7 @@ class PPMGRPOTrainer(GRPOTrainer):
         self._ppm_progress = None  # gathered (B, K) progress of the current generation batch
         self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        install_judge_stats(self, self.progress_scorer)
 
     # ------------------------------------------------------------------------------------------- TRL hooks
     def _generate(self, prompts):
