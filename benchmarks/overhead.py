@@ -187,13 +187,24 @@ def main():
     results = defaultdict(list)
     replay = ReplayedBatch(dataset)
     ppm_pieces = ["_prefix_lengths", "_segment_advantages", "_segment_ids", "_log_ppm"]
-    for _ in range(args.repeats):  # interleaved, so machine-load drift hits every trainer alike
-        grpo_step, _ = run(GRPOTrainer, GRPOConfig, args.steps, dataset, replay=replay)
-        ppm_step, ppm_totals = run(PPMGRPOTrainer, PPMConfig, args.steps, dataset, replay=replay, pieces=ppm_pieces,
-                                   scorer_attr="progress_scorer", filter_zero_advantage_groups=False,
-                                   learning_rate=COMMON["learning_rate"], epsilon_high=None, num_generations=8)
-        papo_step, papo_totals = run(PAPOTrainer, PAPOConfig, args.steps, dataset, replay=replay,
-                                     scorer_attr="process_scorer")
+    def grpo():
+        return {"grpo": run(GRPOTrainer, GRPOConfig, args.steps, dataset, replay=replay)}
+
+    def ppm():
+        return {"ppm": run(PPMGRPOTrainer, PPMConfig, args.steps, dataset, replay=replay, pieces=ppm_pieces,
+                           scorer_attr="progress_scorer", filter_zero_advantage_groups=False,
+                           learning_rate=COMMON["learning_rate"], epsilon_high=None)}
+
+    def papo():
+        return {"papo": run(PAPOTrainer, PAPOConfig, args.steps, dataset, replay=replay, scorer_attr="process_scorer")}
+
+    order = [grpo, ppm, papo]
+    for repeat in range(args.repeats):  # interleaved and rotated, so load drift and warm-up hit every trainer alike
+        measured = {}
+        for bench in order[repeat % 3:] + order[: repeat % 3]:
+            measured.update(bench())
+        (grpo_step, _), (ppm_step, ppm_totals), (papo_step, papo_totals) = (
+            measured["grpo"], measured["ppm"], measured["papo"])
         ppm_math = sum(ppm_totals[n] for n in ppm_pieces)
         results["grpo_step_s"].append(grpo_step)
         results["ppm_vs_grpo"].append(ppm_step / grpo_step)
@@ -202,8 +213,9 @@ def main():
         results["ppm_scorer_s"].append(ppm_totals["scorer"])
         results["papo_without_judge_vs_grpo"].append((papo_step - papo_totals["scorer"]) / grpo_step)
         results["papo_scorer_s"].append(papo_totals["scorer"])
+        for key, value in arg_overhead(args.steps).items():
+            results[key].append(value)
     results = {key: statistics.median(values) for key, values in results.items()}
-    results.update(arg_overhead(args.steps))
     print(json.dumps(results, indent=1))
     print(f"PPM step / GRPO step: {results['ppm_vs_grpo']:.3f} (without the programmatic scorer "
           f"{results['ppm_without_scorer_vs_grpo']:.3f}); PPM advantage+segmentation = "

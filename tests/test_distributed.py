@@ -227,12 +227,18 @@ def _example(method: str):
     return module
 
 
-@pytest.mark.parametrize("method", ["ppm", "papo", "grpo"])
+TINY_CONFIGS = {"ppm": "ppm_tiny_countdown.yaml", "papo": "papo_tiny_countdown.yaml",
+                "grpo": "grpo_tiny_countdown.yaml", "arg": "arg_tiny.yaml"}
+
+
+@pytest.mark.parametrize("method", ["ppm", "papo", "grpo", pytest.param("arg", marks=needs_arg)])
 def test_example_script_trains_and_saves(method, tmp_path, capsys):
     """The accelerate-launchable scripts, in-process on CPU: parse the tiny YAML + flags, train, save, summarise."""
-    _example(method).main(["--config", str(REPO / "configs" / f"{method}_tiny_countdown.yaml"), "--max_steps", "1",
-                           "--output_dir", str(tmp_path), "--env_size", "8", "--max_completion_length", "16",
-                           "--disable_tqdm", "true"])
+    if not (REPO / "examples" / f"train_{method}.py").exists():
+        pytest.skip(f"examples/train_{method}.py not written yet")
+    budget = [] if method == "arg" else ["--max_completion_length", "16"]  # ARG's references need its 64
+    _example(method).main(["--config", str(REPO / "configs" / TINY_CONFIGS[method]), "--max_steps", "1",
+                           "--output_dir", str(tmp_path), "--env_size", "8", "--disable_tqdm", "true", *budget])
     done = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"train_{method}: done ")]
     summary = json.loads(done[-1].split(" done ", 1)[1])
     assert summary["method"] == method and summary["steps"] == 1 and len(summary["step_time_s"]) == 1
@@ -241,7 +247,7 @@ def test_example_script_trains_and_saves(method, tmp_path, capsys):
 
 def test_example_script_refuses_another_method(tmp_path):
     with pytest.raises(SystemExit, match="trains `papo`"):
-        _example("papo").main(["--config", str(REPO / "configs" / "ppm_tiny_countdown.yaml"),
+        _example("papo").main(["--config", str(REPO / "configs" / "grpo_tiny_countdown.yaml"), "--method", "ppm",
                                "--output_dir", str(tmp_path)])
 
 
