@@ -153,7 +153,7 @@ def main(argv=None) -> dict:
     settings = WarmStartSettings()
     if args.quick:
         settings = WarmStartSettings(horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8, hidden_size=32,
-                                     num_hidden_layers=1)
+                                     num_hidden_layers=1, target_per_subproblem=None)
         args.horizons, args.seeds, args.lrs, args.steps, args.eval_every, args.eval_size = [1, 2, 3], [0], [1e-4], 2, 1, 8
         args.output_dir = args.output_dir + "_quick"
     started = time.time()

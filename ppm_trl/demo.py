@@ -76,7 +76,7 @@ def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: st
     from trl import GRPOConfig, GRPOTrainer
 
     from .configs import PPMConfig
-    from .rewards import env_outcome_reward, env_point_fraction
+    from .rewards import env_outcome_reward
     from .trainers.ppm import PPMGRPOTrainer
 
     common = _common_args(spec, output_dir, budget, progress)
@@ -92,13 +92,13 @@ def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: st
         from .configs import PAPOConfig
         from .trainers.papo import PAPOTrainer
 
-        del env_point_fraction  # the programmatic process scorer is PAPOConfig's default
+        # Programmatic process score: the fraction of reference lines a correct response states (no LLM judge).
         return PAPOTrainer(args=PAPOConfig(**common, process_scorer="programmatic"), **kwargs)
     from .configs import ARGConfig
     from .trainers.arg import ARGTrainer
 
-    arg_common = {**common, "lr_scheduler_type": "constant", "warmup_steps": 0, "weight_decay": 0.0}
-    return ARGTrainer(args=ARGConfig(**arg_common), **kwargs)
+    # `common` overrides ARG's paper schedule (warmup 10, weight decay 0.01): same optimiser as every other variant.
+    return ARGTrainer(args=ARGConfig(**common), **kwargs)
 
 
 def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history: list, progress_bar):
@@ -224,7 +224,7 @@ def main(argv=None) -> dict:
     settings = WarmStartSettings(seed=args.seed)
     if args.quick:
         settings = WarmStartSettings(seed=args.seed, horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8,
-                                     hidden_size=32, num_hidden_layers=1)
+                                     hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
         args.n, args.steps, args.eval_every, args.eval_size = 2, 2, 1, 8
     if args.sft_steps is not None:
         settings.max_steps = args.sft_steps

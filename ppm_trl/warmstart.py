@@ -28,14 +28,22 @@ class WarmStartSettings:
     """Everything that determines the warm-start checkpoint (its cache key)."""
 
     env: str = field(default="multi_add", metadata={"help": "Synthetic env whose references are imitated."})
-    horizons: tuple[int, ...] = field(default=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12),
+    horizons: tuple[int, ...] = field(default=tuple(range(1, 17)),
                                       metadata={"help": "Horizons n mixed uniformly in the SFT data."})
-    num_examples: int = field(default=6000, metadata={"help": "SFT rows in total (spread over the horizons)."})
-    max_steps: int = field(default=400, metadata={"help": "SFT optimizer steps (the dial for per-step accuracy)."})
+    num_examples: int = field(default=48_000, metadata={"help": "SFT rows in total (spread over the horizons)."})
+    max_steps: int = field(default=1500, metadata={"help": "SFT optimizer steps at most."})
     batch_size: int = field(default=32, metadata={"help": "SFT batch size."})
-    learning_rate: float = field(default=2e-3, metadata={"help": "SFT learning rate (AdamW, cosine decay)."})
+    learning_rate: float = field(default=3e-3, metadata={"help": "SFT learning rate (AdamW, constant after warmup)."})
+    target_per_subproblem: float | None = field(
+        default=0.6,
+        metadata={"help": "Stop SFT once sampled per-sub-problem accuracy at `probe_horizon` reaches this (None: "
+                  "train max_steps). Keeps the warm start imperfect, so that success falls off a cliff in n."},
+    )
+    probe_horizon: int = field(default=6, metadata={"help": "Horizon of the early-stopping probe."})
+    probe_size: int = field(default=64, metadata={"help": "Prompts in the early-stopping probe."})
+    probe_every: int = field(default=50, metadata={"help": "SFT steps between probes."})
     hidden_size: int = field(default=128, metadata={"help": "Tiny Qwen2 width."})
-    num_hidden_layers: int = field(default=3, metadata={"help": "Tiny Qwen2 depth."})
+    num_hidden_layers: int = field(default=2, metadata={"help": "Tiny Qwen2 depth."})
     num_attention_heads: int = field(default=4, metadata={"help": "Attention heads."})
     seed: int = field(default=0, metadata={"help": "Seed of the model init, the data and the SFT order."})
 
@@ -93,20 +101,48 @@ def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None
     shutil.rmtree(staging, ignore_errors=True)
     args = SFTConfig(
         output_dir=staging, max_steps=settings.max_steps, per_device_train_batch_size=settings.batch_size,
-        learning_rate=settings.learning_rate, lr_scheduler_type="cosine", warmup_steps=20, weight_decay=0.0,
+        learning_rate=settings.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=20,
+        weight_decay=0.0,
         seed=settings.seed, use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
         save_strategy="no", logging_steps=max(settings.max_steps // 10, 1), disable_tqdm=not progress,
         dataloader_num_workers=0, max_length=None,
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(settings), processing_class=tokenizer)
+    probes: list[dict] = []
+    if settings.target_per_subproblem is not None:
+        trainer.add_callback(_accuracy_probe(settings, tokenizer, probes))
     trainer.train()
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     with open(os.path.join(staging, "warmstart.json"), "w") as handle:
-        json.dump({"version": WARMSTART_VERSION, **asdict(settings)}, handle, indent=2)
+        json.dump({"version": WARMSTART_VERSION, **asdict(settings), "steps_trained": trainer.state.global_step,
+                   "probes": probes}, handle, indent=2)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(staging, path)
     return path
+
+
+def _accuracy_probe(settings: WarmStartSettings, tokenizer, probes: list):
+    """A callback that stops SFT once sampled per-sub-problem accuracy at `probe_horizon` reaches the target."""
+    from transformers import TrainerCallback
+
+    from .envs import make_dataset
+
+    probe = make_dataset(settings.env, settings.probe_horizon, settings.probe_size, seed=77_777)
+    budget = completion_budget(settings.env, settings.probe_horizon)
+
+    class AccuracyProbe(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % settings.probe_every:
+                return
+            metrics = evaluate_policy(model, tokenizer, probe, budget, seed=state.global_step)
+            probes.append({"step": state.global_step, **metrics})
+            print(f"  SFT step {state.global_step}: n={settings.probe_horizon} per-sub-problem "
+                  f"{metrics['per_subproblem']:.3f}, all-correct {metrics['all_correct']:.3f}", flush=True)
+            if metrics["per_subproblem"] >= settings.target_per_subproblem:
+                control.should_training_stop = True
+
+    return AccuracyProbe()
 
 
 def load_policy(path: str):

@@ -6,9 +6,10 @@ for the one-process reference.
 
 Jobs run one after another in the same processes (imports are most of the cost), and each rank writes
 `DIR/<job>.rank<r>.json`:
-* `real:<method>`: 2 optimizer steps with real HF generation on the tiny model. Under ZeRO-3 a callback checks at
-  every step that EVERY parameter is partitioned (`numel() == 0` locally, `ds_numel > 0`), so generation (TRL's
-  gathering), ARG's surprisal forward and continuations, and the loss all ran on sharded parameters.
+* `real:<method>`: 2 optimizer steps with real HF generation on the tiny model. A callback records after every step
+  how many parameters are partitioned (`numel() == 0` locally, `ds_numel > 0`); with `--expect_sharded` (ZeRO-3 with
+  `stage3_param_persistence_threshold: 0`) it asserts that EVERY parameter is, so generation (TRL's gathering),
+  ARG's surprisal forward and continuations, and the loss all ran on sharded parameters.
 * `vllm:<method>`: the same with vLLM colocate generation (GPU only).
 * `scripted:<method>:<per_device_batch>`: 1 step whose completions are scripted by the row's position in its group
   (so any process layout sees the same global batch), with a deterministic scorer; dumps every row's advantages
@@ -135,12 +136,15 @@ def partition_report(module) -> dict:
     return {"params": len(params), "sharded": len(sharded), "ds_numel": int(sum(p.ds_numel for p in sharded))}
 
 
-def _partition_callback(trainer, reports: list):
+def _partition_callback(trainer, reports: list, expect_sharded: bool):
     from transformers import TrainerCallback
 
     class PartitionProbe(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            reports.append({"step": state.global_step, **partition_report(trainer.model)})
+            report = {"step": state.global_step, **partition_report(trainer.model)}
+            reports.append(report)
+            if expect_sharded and not report["sharded"] == report["params"] > 0:
+                raise AssertionError(f"ZeRO-3 left parameters whole on this rank: {report}")
 
     return PartitionProbe()
 
@@ -208,14 +212,14 @@ REAL_RUN_SCORING = {
 
 
 # ------------------------------------------------------------------------------------------------------ jobs
-def run_real(method: str, out_dir: str, vllm: bool = False) -> dict:
+def run_real(method: str, out_dir: str, vllm: bool = False, expect_sharded: bool = False) -> dict:
     length = 64 if method == "arg" else 32  # ARG's fallback reference (~50 tokens) must fit the budget
     name = f"{'vllm' if vllm else 'real'}_{method}"
     trainer, _ = build(method, os.path.join(out_dir, name), per_device=G, max_steps=REAL_STEPS,
                        max_completion_length=length, vllm=vllm, **REAL_RUN_SCORING[method])
     outputs = capture_outputs(trainer)
     partitions: list[dict] = []
-    trainer.add_callback(_partition_callback(trainer, partitions))
+    trainer.add_callback(_partition_callback(trainer, partitions, expect_sharded))
     result = trainer.train()
     advantages = [out["advantages"] for out in outputs]
     metrics: dict[str, list[float]] = {}
@@ -284,10 +288,10 @@ def run_scripted(method: str, per_device: int, out_dir: str) -> dict:
     return {"rows": dumped, "advantages_dim": out["advantages"].dim(), "num_processes": trainer.accelerator.num_processes}
 
 
-def run_job(job: str, out_dir: str) -> dict:
+def run_job(job: str, out_dir: str, expect_sharded: bool = False) -> dict:
     parts = job.split(":")
     if parts[0] in ("real", "vllm") and len(parts) == 2:
-        return run_real(parts[1], out_dir, vllm=parts[0] == "vllm")
+        return run_real(parts[1], out_dir, vllm=parts[0] == "vllm", expect_sharded=expect_sharded)
     if parts[0] == "scripted" and len(parts) == 3:
         return run_scripted(parts[1], int(parts[2]), out_dir)
     raise ValueError(f"unknown job {job!r}; accepted: real:<method>, vllm:<method>, scripted:<method>:<batch>")
@@ -297,11 +301,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="Directory for the per-rank JSON results.")
     parser.add_argument("--jobs", required=True, help="Comma-separated jobs, run in order.")
+    parser.add_argument("--expect_sharded", action="store_true",
+                        help="Fail unless ZeRO-3 has partitioned every parameter at every step.")
     args = parser.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     rank = int(os.environ.get("RANK", "0"))
     for job in args.jobs.split(","):
-        result = run_job(job, args.out)
+        result = run_job(job, args.out, expect_sharded=args.expect_sharded)
         path = os.path.join(args.out, f"{job.replace(':', '_')}.rank{rank}.json")
         with open(path, "w") as f:
             json.dump(result, f)

@@ -35,13 +35,13 @@ def test_quick_demo_writes_results_plot_and_a_loadable_checkpoint(tmp_path):
 
 def test_warm_start_is_cached_by_settings(tmp_path):
     settings = warmstart.WarmStartSettings(horizons=(1,), num_examples=8, max_steps=1, batch_size=4,
-                                           hidden_size=32, num_hidden_layers=1)
+                                           hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
     path = warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False)
     stamp = os.path.getmtime(os.path.join(path, "warmstart.json"))
     assert warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False) == path
     assert os.path.getmtime(os.path.join(path, "warmstart.json")) == stamp  # not retrained
     other = warmstart.WarmStartSettings(horizons=(1,), num_examples=8, max_steps=2, batch_size=4,
-                                        hidden_size=32, num_hidden_layers=1)
+                                        hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
     assert other.key() != settings.key()
 
 

@@ -44,12 +44,14 @@ def _accelerate_launch() -> list[str]:
     return [str(script), "launch"] if script.exists() else [sys.executable, "-m", "accelerate.commands.launch"]
 
 
-def launch(config: str, jobs: list[str], out_dir: Path, num_processes: int | None = None) -> dict:
+def launch(config: str, jobs: list[str], out_dir: Path, num_processes: int | None = None,
+           expect_sharded: bool = False) -> dict:
     command = _accelerate_launch()
     command += ["--config_file", str(CONFIGS / config), "--main_process_port", str(_free_port())]
     if num_processes is not None:
         command += ["--num_processes", str(num_processes)]
     command += ["tests/dist_train_script.py", "--out", str(out_dir), "--jobs", ",".join(jobs)]
+    command += ["--expect_sharded"] if expect_sharded else []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
     completed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
@@ -71,7 +73,8 @@ def ddp_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def zero3_run(tmp_path_factory):
-    return launch("cpu_zero3.yaml", REAL + ["scripted:ppm:2", "scripted:papo:2"], tmp_path_factory.mktemp("zero3"))
+    return launch("cpu_zero3.yaml", REAL + ["scripted:ppm:2", "scripted:papo:2"], tmp_path_factory.mktemp("zero3"),
+                  expect_sharded=True)
 
 
 @pytest.fixture(scope="module")

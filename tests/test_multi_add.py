@@ -20,7 +20,7 @@ def _row(pairs):
 
 
 ROW = _row([[3, 5], [7, 8], [0, 0]])  # sums 8, 15, 0
-GOOD = "3+5=8\n7+8=15\n0+0=0\n\\boxed{8,15,0}"
+GOOD = "a:3+5=8\nb:7+8=15\nc:0+0=0\n\\boxed{a=8,b=15,c=0}"
 env = MultiAddEnv()
 
 
@@ -33,46 +33,54 @@ def test_generated_rows_follow_the_contract_and_are_deterministic():
         pairs = json.loads(row["task"])["pairs"]
         assert len(pairs) == 5 and row["n"] == 5 and len(row["reasoning_points"]) == 6
         assert all(0 <= a <= 9 and 0 <= b <= 9 for a, b in pairs)
-        assert row["prompt"][0]["content"].endswith(", ".join(f"{a}+{b}" for a, b in pairs))
-        assert row["answer"] == ",".join(str(a + b) for a, b in pairs)
+        assert row["prompt"][0]["content"].endswith("\n".join(f"{lab}:{a}+{b}" for lab, (a, b) in zip("abcde", pairs)))
+        assert row["answer"] == ",".join(f"{lab}={a + b}" for lab, (a, b) in zip("abcde", pairs))
         assert row["reasoning_graph"] == [{"if_all": [6], "makes_obsolete": [1, 2, 3, 4, 5]}]
 
 
 def test_reference_restates_each_pair_next_to_its_sum():
     row = make_dataset("multi_add", 3, 1, seed=0)[0]
     pairs = json.loads(row["task"])["pairs"]
-    expected = [f"{a}+{b}={a + b}" for a, b in pairs] + ["\\boxed{" + ",".join(str(a + b) for a, b in pairs) + "}"]
+    expected = [f"{lab}:{a}+{b}={a + b}" for lab, (a, b) in zip("abc", pairs)]
+    expected.append("\\boxed{" + ",".join(f"{lab}={a + b}" for lab, (a, b) in zip("abc", pairs)) + "}")
     assert row["reference"].split("\n") == expected
 
 
 def test_points_are_positional_complete_lines():
     assert env.match_points(ROW, GOOD) == {1, 2, 3, 4}
-    assert env.match_points(ROW, "3+5=8\n7+8=14\n0+0=0\n") == {1, 3}  # line 2 wrong
-    assert env.match_points(ROW, "7+8=15\n3+5=8\n0+0=0\n") == {3}  # right sums, wrong positions
-    assert env.match_points(ROW, "3+5=8\n0+0=0\n") == {1}  # skipping line 2 shifts line 3
-    assert env.match_points(ROW, " 3 + 5 = 8 \n") == {1}  # spaces are tolerated
-    assert env.match_points(ROW, "3+5=9\n") == set()
-    assert env.match_points(ROW, "3+6=9\n") == set()  # the pair must be restated correctly
+    assert env.match_points(ROW, "a:3+5=8\nb:7+8=14\nc:0+0=0\n") == {1, 3}  # line 2 wrong
+    assert env.match_points(ROW, "b:7+8=15\na:3+5=8\nc:0+0=0\n") == {3}  # right sums, wrong positions
+    assert env.match_points(ROW, "a:3+5=8\nc:0+0=0\n") == {1}  # skipping line 2 shifts line 3
+    assert env.match_points(ROW, " a : 3 + 5 = 8 \n") == {1}  # spaces are tolerated
+    assert env.match_points(ROW, "a:3+5=9\n") == set()
+    assert env.match_points(ROW, "a:3+6=9\n") == set()  # the pair must be restated correctly
+    assert env.match_points(ROW, "b:3+5=8\n") == set()  # and under its own label
+    assert env.match_points(ROW, "3+5=8\n") == set()
 
 
 def test_prefix_cut_inside_a_number_earns_nothing():
-    # "7+8=1" is a prefix of "7+8=15"; with 1 = wrong answer it must not count, and an unfinished line never does.
-    assert env.match_points(ROW, "3+5=8\n7+8=1") == {1}
-    assert env.match_points(ROW, "3+5=8\n7+8=15") == {1}
-    assert env.match_points(ROW, "3+5=8\n7+8=15\n") == {1, 2}
+    # "b:7+8=1" is a prefix of "b:7+8=15"; 1 is a wrong answer, and an unfinished line never counts anyway.
+    assert env.match_points(ROW, "a:3+5=8\nb:7+8=1") == {1}
+    assert env.match_points(ROW, "a:3+5=8\nb:7+8=15") == {1}
+    assert env.match_points(ROW, "a:3+5=8\nb:7+8=15\n") == {1, 2}
+
+
+LINES = "a:3+5=8\nb:7+8=15\nc:0+0=0\n"
 
 
 @pytest.mark.parametrize("text", [
-    GOOD + "\n3+5=8",  # junk after the box: the termination trap
+    GOOD + "\na:3+5=8",  # junk after the box: the termination trap
     GOOD + "x",
-    "3+5=8\n7+8=15\n0+0=0\n1+1=2\n\\boxed{8,15,0}",  # an extra line
-    "3+5=8\n7+8=15\n0+0=0",  # no box
-    "3+5=8\n7+8=15\n0+0=0\n\\boxed{8,15}",  # box missing a sum
-    "3+5=8\n7+8=15\n0+0=0\n\\boxed{8,15,0,0}",
-    "3+5=8\n7+8=15\n0+0=1\n\\boxed{8,15,0}",  # box right, a line wrong
-    "3+5=8\n7+8=15\n\\boxed{8,15,0}",  # a line missing
-    "3+5=8\n7+8=15\n0+0=0\n\\boxed{8,15,0}\\boxed{8,15,0}",
-    "\\boxed{8,15,0}",
+    LINES + "d:1+1=2\n\\boxed{a=8,b=15,c=0}",  # an extra line
+    LINES,  # no box
+    LINES + "\\boxed{a=8,b=15}",  # box missing a sum
+    LINES + "\\boxed{a=8,b=15,c=0,d=0}",
+    LINES + "\\boxed{8,15,0}",  # unlabelled box
+    LINES + "\\boxed{b=15,a=8,c=0}",  # box out of order
+    "a:3+5=8\nb:7+8=15\nc:0+0=1\n\\boxed{a=8,b=15,c=0}",  # box right, a line wrong
+    "a:3+5=8\nb:7+8=15\n\\boxed{a=8,b=15,c=0}",  # a line missing
+    LINES + "\\boxed{a=8,b=15,c=0}\\boxed{a=8,b=15,c=0}",
+    "\\boxed{a=8,b=15,c=0}",
 ])
 def test_outcome_is_strict(text):
     assert not env.verify(ROW, text)
@@ -81,22 +89,27 @@ def test_outcome_is_strict(text):
 
 def test_outcome_accepts_surrounding_whitespace_and_spaces_in_the_box():
     assert env.verify(ROW, "\n" + GOOD + "\n  ")
-    assert env.verify(ROW, GOOD.replace("{8,15,0}", "{8, 15 ,0}"))
+    assert env.verify(ROW, GOOD.replace("{a=8,b=15,c=0}", "{a = 8, b=15 ,c=0}"))
 
 
 def test_goal_only_graph_gives_full_progress_only_with_the_outcome():
     graph = reasoning_graph_of(ROW)
-    assert graph.progress(env.match_points(ROW, "3+5=8\n7+8=15\n")) == pytest.approx(2 / 4)
+    assert graph.progress(env.match_points(ROW, "a:3+5=8\nb:7+8=15\n")) == pytest.approx(2 / 4)
     assert graph.progress(env.match_points(ROW, GOOD)) == 1.0
 
 
 def test_garbage_never_raises():
     rng = random.Random(0)
-    alphabet = "0123456789+=\n\\boxed{},x "
+    alphabet = "0123456789+=:abc\n\\boxed{},x "
     for _ in range(300):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
         assert env.match_points(ROW, text) <= {1, 2, 3, 4}
     assert env.match_points(ROW, "9" * 5000 + "\n") == set()
+
+
+def test_horizon_beyond_the_labels_is_a_clear_error():
+    with pytest.raises(ValueError, match="n <= 26"):
+        make_dataset("multi_add", 27, 1)
 
 
 def test_row_without_pairs_is_a_clear_error():
