@@ -9,7 +9,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-fast demo lint bench clean
+.PHONY: install test demo lint bench gpu-smoke clean
 
 install: $(STAMP)
 
@@ -37,6 +37,9 @@ lint: install
 
 bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/overhead.py
+
+gpu-smoke:
+	bash scripts/gpu_smoke.sh
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

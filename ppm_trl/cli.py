@@ -199,13 +199,55 @@ def build_trainer(script_args, training_args, model_args):
     )
 
 
-def train(argv: list[str]) -> None:
-    script_args, training_args, model_args = parse_train_args(argv)
+def run_training(script_args, training_args, model_args):
+    """Build the trainer, train (resuming when asked), save, push to the Hub when asked; returns (trainer, result)."""
     trainer = build_trainer(script_args, training_args, model_args)
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.env_name)
+    return trainer, result
+
+
+def training_summary(trainer, result, method: str) -> dict:
+    """Steps, per-step wall time (TRL's `step_time`), loss, peak GPU memory (and ARG's guidance totals)."""
+    import torch
+
+    history = trainer.state.log_history
+    summary = {"method": method, "steps": result.global_step, "train_loss": result.training_loss,
+               "train_runtime_s": result.metrics.get("train_runtime"),
+               "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry],
+               "output_dir": trainer.args.output_dir}
+    selector = getattr(trainer, "prefix_selector", None)
+    if selector is not None:
+        summary["guidance_totals"] = {
+            name: sum(entry.get(f"arg/{name}", 0.0) for entry in history)
+            for name in ("all_failure_groups", "groups_with_accepted", "fallback_groups", "inserted_rows")}
+        summary["selector_probs"] = dict(zip(map(str, selector.levels), selector.probs().tolist()))
+    if torch.cuda.is_available():
+        summary["peak_torch_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    return summary
+
+
+def run_example(method: str, argv: list[str] | None = None) -> dict:
+    """`examples/train_<method>.py`: parse YAML + flags for one method, train, save, print `train_<method>: done`."""
+    from trl import ModelConfig, TrlParser
+
+    parser = TrlParser((TrainScriptArguments, _config_class(method), ModelConfig))
+    script_args, training_args, model_args = parser.parse_args_and_config(argv)
+    if script_args.method not in ("grpo", method):  # "grpo" is the field's default: not set by the user
+        raise SystemExit(f"train_{method}.py trains `{method}`, but the config says method: {script_args.method}")
+    script_args.method = method
+    trainer, result = run_training(script_args, training_args, model_args)
+    summary = training_summary(trainer, result, method)
+    if trainer.accelerator.is_main_process:
+        print(f"train_{method}: done " + json.dumps(summary), flush=True)
+    return summary
+
+
+def train(argv: list[str]) -> None:
+    script_args, training_args, model_args = parse_train_args(argv)
+    trainer, result = run_training(script_args, training_args, model_args)
     if trainer.accelerator.is_main_process:
         summary = {"method": script_args.method, "steps": result.global_step, "train_loss": result.training_loss,
                    "output_dir": training_args.output_dir}
