@@ -104,6 +104,18 @@ def sparse_outcome_advantages(outcome, group_size: int, scale: bool = True, eps:
 
 
 # ------------------------------------------------------------------------------------------------------ PPM
+def _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome: bool, outcome_weight: float):
+    """+ outcome_weight·outcome on every segment, 0 on invalid (empty) segments, NaN rows where unscorable."""
+    if add_outcome:
+        if outcome is None:
+            raise ValueError("outcome is required when add_outcome=True")
+        outcome = _outcome_column(outcome, rewards)
+        unscorable = unscorable | torch.isnan(outcome)
+        rewards = rewards + outcome_weight * torch.nan_to_num(outcome).unsqueeze(1)
+    rewards = torch.where(valid, rewards, torch.zeros_like(rewards))
+    return torch.where(unscorable.unsqueeze(1), torch.full_like(rewards, float("nan")), rewards)
+
+
 def ppm_segment_rewards(progress, outcome=None, add_outcome: bool = True, valid=None,
                         outcome_weight: float = 1.0) -> torch.Tensor:
     """(N, K) segment rewards r_k = m_k − m_{k−1} (+ outcome_weight·outcome), PPM eq. 3 / Alg. 1 / App. B.
@@ -122,14 +134,7 @@ def ppm_segment_rewards(progress, outcome=None, add_outcome: bool = True, valid=
     measured = torch.where(valid & ~torch.isnan(progress), progress, torch.zeros_like(progress))
     monotone = torch.cummax(measured, dim=1).values
     rewards = monotone - torch.cat([torch.zeros_like(monotone[:, :1]), monotone[:, :-1]], dim=1)
-    if add_outcome:
-        if outcome is None:
-            raise ValueError("outcome is required when add_outcome=True")
-        outcome = _outcome_column(outcome, progress)
-        unscorable = unscorable | torch.isnan(outcome)
-        rewards = rewards + outcome_weight * torch.nan_to_num(outcome).unsqueeze(1)
-    rewards = torch.where(valid, rewards, torch.zeros_like(rewards))
-    return torch.where(unscorable.unsqueeze(1), torch.full_like(rewards, float("nan")), rewards)
+    return _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome, outcome_weight)
 
 
 def ppm_segment_advantages(progress, outcome, group_size: int, add_outcome: bool = True, scale: bool = False,
@@ -217,14 +222,7 @@ def process_reward_rewards(chunk_scores, outcome=None, add_outcome: bool = True,
     _check_unit_range(scores, valid, "chunk_scores")
     unscorable = (torch.isnan(scores) & valid).any(dim=1)
     rewards = torch.nan_to_num(scores)
-    if add_outcome:
-        if outcome is None:
-            raise ValueError("outcome is required when add_outcome=True")
-        outcome = _outcome_column(outcome, scores)
-        unscorable = unscorable | torch.isnan(outcome)
-        rewards = rewards + outcome_weight * torch.nan_to_num(outcome).unsqueeze(1)
-    rewards = torch.where(valid, rewards, torch.zeros_like(rewards))
-    return torch.where(unscorable.unsqueeze(1), torch.full_like(rewards, float("nan")), rewards)
+    return _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome, outcome_weight)
 
 
 def process_reward_advantages(chunk_scores, outcome, group_size: int, add_outcome: bool = True, scale: bool = False,
