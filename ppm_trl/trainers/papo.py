@@ -70,13 +70,24 @@ class PAPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._papo_process = None
-        if not self.model.training:
-            return rewards_per_func
+        if self.model.training:
+            self._score_correct_responses(inputs, completions, rewards_per_func)
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self._papo_process is not None:  # eval keeps plain GRPO advantages
+            self._replace_advantages(output)
+        return output
+
+    def _score_correct_responses(self, inputs, completions, rewards_per_func) -> None:
+        """Binary outcome of the gathered batch; process scores of this process's correct responses only."""
         outcome = weighted_outcome(rewards_per_func, self.reward_weights)
-        self._papo_outcome = torch.where(torch.isnan(outcome), outcome, (outcome >= self.args.correct_threshold).to(outcome.dtype))
-        local_correct = (self._papo_outcome[process_slice(self, len(prompts))] == 1).tolist()
+        correct = (outcome >= self.args.correct_threshold).to(outcome.dtype)
+        self._papo_outcome = torch.where(torch.isnan(outcome), outcome, correct)
+        local_correct = (self._papo_outcome[process_slice(self, len(inputs))] == 1).tolist()
         judged = [i for i, ok in enumerate(local_correct) if ok]
-        process = torch.full((len(prompts),), float("nan"), device=self.accelerator.device)
+        process = torch.full((len(inputs),), float("nan"), device=self.accelerator.device)
         if judged:
             scores = self.process_scorer([inputs[i] for i in judged], [completion_text(completions[i]) for i in judged])
             if len(scores) != len(judged):
@@ -86,12 +97,9 @@ class PAPOTrainer(GRPOTrainer):
                     raise ValueError(f"process scorer returned {score!r} for row {i}; scores must lie in [0, 1]")
                 process[i] = float("nan") if score is None else float(score)
         self._papo_process = self.accelerator.gather(process)
-        return rewards_per_func
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        if self._papo_process is None:  # eval: plain GRPO advantages
-            return output
+    def _replace_advantages(self, output) -> None:
+        """A = A_out + λ·A_proc per group on the gathered batch, sliced to this process; PAPO metrics."""
         args = self.args
         kwargs = dict(lam=args.process_weight, process_norm=args.process_norm, combine=args.combine,
                       eps=args.papo_epsilon)
@@ -108,4 +116,3 @@ class PAPOTrainer(GRPOTrainer):
                 float(counters.get(key, 0) - self._papo_stats_seen.get(key, 0)), device=self.accelerator.device))
             log_metric(self, f"papo/judge_{key}", total.sum().item())
         self._papo_stats_seen = counters
-        return output
