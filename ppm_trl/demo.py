@@ -202,7 +202,7 @@ def parse_args(argv=None):
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--output-dir", default="outputs/demo")
     parser.add_argument("--n", type=int, default=None, help="Horizon; default: the warm start's cliff (≤ 3%%).")
-    parser.add_argument("--horizons", type=int, nargs="+", default=[4, 6, 8, 10, 12],
+    parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3, 4, 5, 6],
                         help="Candidate horizons for the cliff search.")
     parser.add_argument("--steps", type=int, default=60, help="RL steps per trainer (64 samples each).")
     parser.add_argument("--learning-rate", type=float, default=3e-4)
