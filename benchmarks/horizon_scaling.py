@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import statistics
+import tempfile
 import time
 
 from common import RESULTS, cached_run, markdown_table, mean_spread, samples_to_target
@@ -58,8 +59,8 @@ def run(args, model_path: str, variant: str, n: int, lr: float, seed: int, eval_
 
     def compute():
         started = time.time()
-        result = train_variant(model_path, spec, eval_sets[n], os.path.join(args.output_dir, "tmp"),
-                               progress=not args.no_progress)
+        with tempfile.TemporaryDirectory() as scratch:  # the trainer's output_dir: nothing worth keeping is saved
+            result = train_variant(model_path, spec, eval_sets[n], scratch, progress=not args.no_progress)
         print(f"  {variant:>10} n={n:<2} lr={lr:<7g} seed={seed}: all-correct "
               f"{result['history'][0]['all_correct']:.3f} → {result['history'][-1]['all_correct']:.3f}, per-sub "
               f"{result['history'][0]['per_subproblem']:.3f} → {result['history'][-1]['per_subproblem']:.3f} "
@@ -126,6 +127,7 @@ def plot(args, horizons: dict, runs: dict, path: str) -> None:
             axes[row, column].set_ylabel(ylabel)
             axes[row, column].grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
+    axes[1, -1].legend(fontsize=7)  # the largest n may add PAPO / ARG
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

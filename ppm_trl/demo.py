@@ -205,7 +205,8 @@ def parse_args(argv=None):
     parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3, 4, 5, 6],
                         help="Candidate horizons for the cliff search.")
     parser.add_argument("--steps", type=int, default=60, help="RL steps per trainer (64 samples each).")
-    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--learning-rate", type=float, default=1e-4,
+                        help="Both trainers; the best of {1e-4, 3e-4, 1e-3} for both at the cliff (BENCHMARKS.md).")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--eval-size", type=int, default=128, help="Held-out prompts per evaluation.")
     parser.add_argument("--seed", type=int, default=0)
