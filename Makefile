@@ -36,7 +36,10 @@ lint: install
 	$(BIN)/ruff check ppm_trl tests benchmarks examples
 
 bench: install
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/overhead.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/overhead.py --json benchmarks/results/overhead.json
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/judge_throughput.py --transport both
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/snr.py
+	@echo "Learning curves (about 40 min on 2 cores): python benchmarks/horizon_scaling.py --horizons 2 3 5 --lrs 1e-4 3e-4 1e-3 --steps 50 --eval-every 10 --extra-variants papo arg"
 
 gpu-smoke:
 	bash scripts/gpu_smoke.sh
