@@ -9,6 +9,7 @@ for _name, _value in {
     "HF_HUB_DISABLE_TELEMETRY": "1",
     "WANDB_MODE": "disabled",
     "TOKENIZERS_PARALLELISM": "false",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # LiteLLM would otherwise fetch its price table from the network
 }.items():
     os.environ.setdefault(_name, _value)
 
