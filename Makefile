@@ -9,7 +9,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo lint bench gpu-smoke clean
+.PHONY: install test demo lint bench bench-quick gpu-smoke clean
 
 install: $(STAMP)
 
@@ -40,6 +40,10 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/judge_throughput.py --transport both
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/snr.py
 	@echo "Learning curves (about 40 min on 2 cores): python benchmarks/horizon_scaling.py --horizons 2 3 5 --lrs 1e-4 3e-4 1e-3 --steps 50 --eval-every 10 --extra-variants papo arg"
+
+# Smoke of every benchmark script (CI runs the same through tests/test_benchmarks_smoke.py); timings meaningless.
+bench-quick: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_benchmarks_smoke.py
 
 gpu-smoke:
 	bash scripts/gpu_smoke.sh

@@ -10,7 +10,8 @@ judge in real runs), the method-specific work is timed by wrapping the trainer's
 * ARG: the extra time per step on a task the model always fails, against the time plain generation takes for the
   same number of extra sequences (target ≤ 1.2×).
 
-    python benchmarks/overhead.py [--steps 12] [--json out.json]
+    python benchmarks/overhead.py [--steps 12] [--repeats 3] [--json out.json]
+    python benchmarks/overhead.py --quick      # CI smoke
 """
 
 from __future__ import annotations
@@ -176,8 +177,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="CI smoke: 3 steps, 1 repeat (timings meaningless).")
     parser.add_argument("--json")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.repeats = 3, 1
     torch.set_num_threads(1)
     dataset = make_dataset("multi_countdown", 2, 64, seed=0)
 
