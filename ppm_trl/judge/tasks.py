@@ -8,6 +8,7 @@ a blocking form for TRL's training step and an `a*` coroutine for callers that a
 from __future__ import annotations
 
 import functools
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,14 +18,16 @@ Parser = Callable[[str], Any]  # the answer text → the parsed value, or None w
 Job = tuple[list[dict[str, str]], Parser]
 
 
-class JudgeTasks:
-    """Mixin of `LiteLLMJudge`: needs `_batch(jobs)`, `_abatch(jobs)` and `stats`."""
+class JudgeTasks(ABC):
+    """Mixin of `LiteLLMJudge`, which provides `_batch(jobs)`, `_abatch(jobs)` and `stats`."""
 
+    @abstractmethod
     def _batch(self, jobs: Sequence[Job]) -> list[Any]:
-        raise NotImplementedError
+        """Answer the jobs concurrently (blocking); None for an item that could not be graded."""
 
+    @abstractmethod
     async def _abatch(self, jobs: Sequence[Job]) -> list[Any]:
-        raise NotImplementedError
+        """The same, awaitable."""
 
     def complete(self, messages: Sequence[list[dict[str, str]]], parse: Parser | None = None) -> list[Any]:
         """Raw batched access: each chat `messages` list → `parse(answer)` (default: the non-empty text) or None."""
