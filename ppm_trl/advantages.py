@@ -104,6 +104,16 @@ def sparse_outcome_advantages(outcome, group_size: int, scale: bool = True, eps:
 
 
 # ------------------------------------------------------------------------------------------------------ PPM
+def _segment_inputs(values, valid, name: str):
+    """(N, K) float values in [0, 1] on valid segments, the (N, K) valid mask, and the (N,) rows with a NaN there."""
+    values = _as_float(values, name)
+    if values.dim() != 2:
+        raise ValueError(f"{name} must be (N, K), got shape {tuple(values.shape)}")
+    valid = _valid_mask(valid, values)
+    _check_unit_range(values, valid, name)
+    return values, valid, (torch.isnan(values) & valid).any(dim=1)
+
+
 def _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome: bool, outcome_weight: float):
     """+ outcome_weight·outcome on every segment, 0 on invalid (empty) segments, NaN rows where unscorable."""
     if add_outcome:
@@ -125,12 +135,7 @@ def ppm_segment_rewards(progress, outcome=None, add_outcome: bool = True, valid=
     and its progress value is ignored (m carries over). A row with NaN progress on a valid segment, or a NaN outcome
     when `add_outcome`, is unscorable: the whole row is NaN.
     """
-    progress = _as_float(progress, "progress")
-    if progress.dim() != 2:
-        raise ValueError(f"progress must be (N, K), got shape {tuple(progress.shape)}")
-    valid = _valid_mask(valid, progress)
-    _check_unit_range(progress, valid, "progress")
-    unscorable = (torch.isnan(progress) & valid).any(dim=1)
+    progress, valid, unscorable = _segment_inputs(progress, valid, "progress")
     measured = torch.where(valid & ~torch.isnan(progress), progress, torch.zeros_like(progress))
     monotone = torch.cummax(measured, dim=1).values
     rewards = monotone - torch.cat([torch.zeros_like(monotone[:, :1]), monotone[:, :-1]], dim=1)
@@ -215,12 +220,7 @@ def process_reward_rewards(chunk_scores, outcome=None, add_outcome: bool = True,
     """(N, K) rewards of the process-reward baseline (PPM App. B.1): r_k = φ'(c_k), each chunk judged on its own
     (score in [0, 1], no shortcutting, no finite differences), plus the outcome on valid segments (App. B.1 trains on
     the sum). Invalid segments → 0; NaN score on a valid segment or NaN outcome → NaN row."""
-    scores = _as_float(chunk_scores, "chunk_scores")
-    if scores.dim() != 2:
-        raise ValueError(f"chunk_scores must be (N, K), got shape {tuple(scores.shape)}")
-    valid = _valid_mask(valid, scores)
-    _check_unit_range(scores, valid, "chunk_scores")
-    unscorable = (torch.isnan(scores) & valid).any(dim=1)
+    scores, valid, unscorable = _segment_inputs(chunk_scores, valid, "chunk_scores")
     rewards = torch.nan_to_num(scores)
     return _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome, outcome_weight)
 
