@@ -1,9 +1,12 @@
 """Judge throughput: 1,024 PPM gradings against the loopback server (100 ms latency, max_concurrency=64).
 
-Prints the wall time against the ideal ceil(1024/64)·0.1 s (target ratio < 1.25) and the client's CPU time per
-request, for both transports: `litellm` (litellm.acompletion, the default) and `openai_http` (direct POST to an
-OpenAI-compatible server). Then it repeats the run from the on-disk cache, which must send zero requests. The
-server runs in its own process, as a real judge server would, so its CPU time is not charged to the client.
+Prints the wall time against the ideal ceil(1024/64)·0.1 s (target ratio < 1.25), the client's CPU time per
+request (all its threads: event loop, cache writer, caller) and the server's, and the load average, for both
+transports: `litellm` (litellm.acompletion, the default) and `openai_http` (direct POST to an OpenAI-compatible
+server over ppm_trl/judge/http.py). Then it repeats the run from the on-disk cache, which must send zero
+requests. The server runs in its own process, as a real judge server would, so its CPU time is not charged to
+the client; but on a machine with few cores it competes with the client for them, and its per-request CPU adds
+to every request's latency, so it is reported too.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/judge_throughput.py [--requests 1024] [--latency 0.1]
 """
@@ -30,13 +33,18 @@ POINTS = ['The solution contains "alpha".', 'The solution contains "beta".', 'Th
 
 
 def serve(connection, latency: float) -> None:
-    """Child process: run the server and answer 'count' / 'reset' / 'stop' over the pipe."""
+    """Child process: run the server and answer 'count' / 'reset' / 'cpu' / 'stop' over the pipe."""
     with JudgeServer(latency=latency, max_lifetime=900) as server:
         connection.send(server.api_base)
         while (command := connection.recv()) != "stop":
             if command == "reset":
                 server.reset_counters()
-            connection.send(server.requests)
+            connection.send(time.process_time() if command == "cpu" else server.requests)
+
+
+def ask(server, command: str):
+    server.send(command)
+    return server.recv()
 
 
 def benchmark(args: argparse.Namespace, transport: str, server, api_base: str) -> None:
@@ -46,23 +54,23 @@ def benchmark(args: argparse.Namespace, transport: str, server, api_base: str) -
         judge = LiteLLMJudge(args.model, api_base=api_base, max_concurrency=args.max_concurrency, timeout=30,
                              cache_dir=cache_dir, transport=transport)
         judge.complete([[{"role": "user", "content": "warm-up"}]])  # import LiteLLM, open the connection pool
-        server.send("reset")
-        server.recv()
+        ask(server, "reset")
+        server_cpu = ask(server, "cpu")
         wall, cpu = time.perf_counter(), time.process_time()
         grades = judge.grade_prefixes(items)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        server.send("count")
-        print(f"[transport={transport}] cold run: {args.requests} gradings, {server.recv()} requests reached the "
-              f"server, {sum(g is not None for g in grades)} graded")
-        print(f"    elapsed {wall:.2f} s vs ideal {ideal:.2f} s -> ratio {wall / ideal:.2f} (target < 1.25); client CPU "
-              f"{1000 * cpu / args.requests:.2f} ms/request; latency p50 {judge.stats.snapshot()['latency_p50']:.3f} s")
-        server.send("reset")
-        server.recv()
+        server_cpu = ask(server, "cpu") - server_cpu
+        print(f"[transport={transport}] cold run: {args.requests} gradings, {ask(server, 'count')} requests "
+              f"reached the server, {sum(g is not None for g in grades)} graded")
+        print(f"    elapsed {wall:.2f} s vs ideal {ideal:.2f} s -> ratio {wall / ideal:.2f} (target < 1.25); "
+              f"client CPU {1000 * cpu / args.requests:.2f} ms/request; server CPU {1000 * server_cpu / args.requests:.2f} "
+              f"ms/request; latency p50 {judge.stats.snapshot()['latency_p50']:.3f} s; load average "
+              f"{os.getloadavg()[0]:.1f}")
+        ask(server, "reset")
         wall = time.perf_counter()
         cached = judge.grade_prefixes(items)
         wall = time.perf_counter() - wall
-        server.send("count")
-        print(f"    cached run: elapsed {wall:.2f} s, {server.recv()} requests reached the server, "
+        print(f"    cached run: elapsed {wall:.2f} s, {ask(server, 'count')} requests reached the server, "
               f"identical grades: {cached == grades}")
         judge.close()
 

@@ -61,13 +61,14 @@ def test_grades_dedup_and_empty_prefixes(server):
     assert all(body["temperature"] == 0.0 for body in server.bodies)
 
 
-def test_second_identical_run_is_served_from_cache(server, tmp_path):
+@pytest.mark.parametrize("transport", ["litellm", "openai_http"])
+def test_second_identical_run_is_served_from_cache(server, tmp_path, transport):
     items = [("P", POINTS, f"try {i}: alpha") for i in range(12)]
-    with make_judge(server, tmp_path) as judge:
+    with make_judge(server, tmp_path, transport=transport) as judge:
         first = judge.grade_prefixes(items)
     assert server.requests == 12
     server.reset_counters()
-    with make_judge(server, tmp_path) as fresh:  # a new process would see the same files
+    with make_judge(server, tmp_path, transport=transport) as fresh:  # a new process would see the same files
         second = fresh.grade_prefixes(items)
         assert fresh.stats.cache_hits == 12 and fresh.stats.calls == 0
     assert server.requests == 0
@@ -107,9 +108,10 @@ def test_reliability_with_twenty_percent_faults(transport):
         assert stats["unparseable"] == faults["garbage"]
 
 
-def test_unrecoverable_items_are_none_and_counted(caplog):
+@pytest.mark.parametrize("transport", ["litellm", "openai_http"])
+def test_unrecoverable_items_are_none_and_counted(caplog, transport):
     with JudgeServer(fault_rate=1.0, fault_kinds=("server_error",)) as server:
-        with make_judge(server, num_retries=2) as judge, caplog.at_level(logging.WARNING):
+        with make_judge(server, num_retries=2, transport=transport) as judge, caplog.at_level(logging.WARNING):
             grades = judge.grade_prefixes([("P", POINTS, "alpha"), ("P", POINTS, "beta")])
             assert grades == [None, None]
             assert (judge.stats.failures, judge.stats.retries, judge.stats.attempts) == (2, 4, 6)
@@ -117,11 +119,13 @@ def test_unrecoverable_items_are_none_and_counted(caplog):
     assert "unscorable after 3 attempt(s)" in caplog.text
 
 
-def test_bad_request_fails_the_item_without_retry_and_401_is_fatal():
-    with JudgeServer(script=("bad_request",)) as server, make_judge(server) as judge:
+@pytest.mark.parametrize("transport", ["litellm", "openai_http"])
+def test_bad_request_fails_the_item_without_retry_and_401_is_fatal(transport):
+    with JudgeServer(script=("bad_request",)) as server, make_judge(server, transport=transport) as judge:
         assert judge.grade_prefixes([("P", POINTS, "alpha")]) == [None]
         assert server.requests == 1 and judge.stats.retries == 0
-    with JudgeServer(fault_rate=1.0, fault_kinds=("unauthorized",)) as server, make_judge(server) as judge:
+    with JudgeServer(fault_rate=1.0, fault_kinds=("unauthorized",)) as server, \
+            make_judge(server, transport=transport) as judge:
         with pytest.raises(JudgeConfigurationError, match="API key environment variable"):
             judge.grade_prefixes([("P", POINTS, "alpha")])
         assert server.requests == 1
@@ -141,7 +145,8 @@ def test_retry_after_is_honoured(transport):
     assert elapsed >= 0.6  # the exponential back-off alone would have waited <= 5 ms
 
 
-def test_api_key_never_leaks(monkeypatch, caplog, tmp_path):
+@pytest.mark.parametrize("transport", ["litellm", "openai_http"])
+def test_api_key_never_leaks(monkeypatch, caplog, tmp_path, transport):
     secret = "sk-test-SECRET-0123456789abcdef"
     monkeypatch.setenv("MY_JUDGE_KEY", secret)
     with pytest.raises(ValueError, match="environment"):
@@ -151,7 +156,7 @@ def test_api_key_never_leaks(monkeypatch, caplog, tmp_path):
     with pytest.raises(ValueError, match="not set"):
         LiteLLMJudge("openai/x", api_key_env="NO_SUCH_VARIABLE_SET")
     with JudgeServer(script=("server_error", None, "unauthorized")) as server, caplog.at_level(logging.DEBUG):
-        judge = make_judge(server, tmp_path, api_key_env="MY_JUDGE_KEY")
+        judge = make_judge(server, tmp_path, api_key_env="MY_JUDGE_KEY", transport=transport)
         assert judge.grade_prefixes([("P", POINTS, "alpha")]) == [[True, False, False]]
         with pytest.raises(JudgeConfigurationError) as raised:
             judge.grade_prefixes([("P", POINTS, "beta")])

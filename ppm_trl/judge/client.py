@@ -8,6 +8,7 @@ runs its own loop in another thread; the `a*` coroutines serve callers that are 
 Per request: the on-disk cache is consulted first; identical requests in one batch are sent once; at most
 `max_concurrency` attempts are in flight; 429/5xx/timeouts/connection errors are retried with exponential
 back-off and jitter, honouring `Retry-After`; an answer no parser can read is retried too (and never cached).
+New answers are written to the cache in batches (`cache.CacheWriter`) and are on disk when their batch returns.
 LiteLLM's own retries are switched off so the counts in `stats` are exact. When retries run out the item is
 unscorable (None) and counted — never a silent 0.
 
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ppm_trl.judge import loop as shared_loop
-from ppm_trl.judge.cache import ResponseCache, request_key
+from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_key
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import JudgeTasks, Parser
 from ppm_trl.judge.transport import (
@@ -182,6 +183,7 @@ class LiteLLMJudge(JudgeTasks):
     def _init_runtime(self) -> None:
         self.stats = JudgeStats()
         self._cache = None if self.cache_dir is None else ResponseCache(self.cache_dir)
+        self._cache_writer = None if self._cache is None else CacheWriter(self._cache)
         self._semaphore: asyncio.Semaphore | None = None
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
@@ -215,7 +217,8 @@ class LiteLLMJudge(JudgeTasks):
 
     def __getstate__(self) -> dict[str, Any]:
         # Runtime objects cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
-        runtime = {"stats", "_cache", "_semaphore", "_semaphore_loop", "_rng", "_transport", "_cache_params"}
+        runtime = {"stats", "_cache", "_cache_writer", "_semaphore", "_semaphore_loop", "_rng", "_transport",
+                   "_cache_params"}
         return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -252,10 +255,11 @@ class LiteLLMJudge(JudgeTasks):
             cost_unknown=int(reply.cost is None),
         )
 
-    async def _answer(self, key: str, messages: list[dict[str, str]], parse: Parser) -> Any:
-        """One unique request → parsed answer or None (unscorable). Cache first, then the API with retries."""
+    async def _answer(self, key: str, messages: list[dict[str, str]], parse: Parser, writes: list) -> Any:
+        """One unique request → parsed answer or None (unscorable). Cache first, then the API with retries.
+        A new answer is queued for the cache; its write's future goes to `writes` (awaited by the batch)."""
         if self._cache is not None:
-            entry = self._cache.get(key)
+            entry = self._cache_writer.get(key)
             if entry is not None:
                 parsed = parse(entry["content"])
                 if parsed is not None:
@@ -295,20 +299,20 @@ class LiteLLMJudge(JudgeTasks):
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
                 if self._cache is not None:
-                    await self._store(key, reply.text)
+                    entry = {"model": self.model, "content": reply.text, "created": time.time()}
+                    writes.append(self._cache_writer.put(key, entry))
                 return parsed
             self.stats.add(unparseable=1)
             if not self.retry_unparseable or attempt == self.num_retries:
                 return self._give_up(started, attempt + 1, f"unreadable answer {redact(reply.text or '')[:120]!r}")
         raise AssertionError("unreachable: the last attempt always returns")
 
-    async def _store(self, key: str, text: str) -> None:
-        """Cache an answer (file I/O off the loop thread, so other requests keep flowing); best effort."""
-        entry = {"model": self.model, "content": text, "created": time.time()}
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, self._cache.put, key, entry)
-        except OSError as error:
-            logger.warning("judge cache write to %s failed (answer kept, not cached): %s", self.cache_dir, error)
+    async def _written(self, writes: list[asyncio.Future]) -> None:
+        """Wait until a batch's new answers are in the cache (best effort: a failed write is logged, not raised)."""
+        self._cache_writer.flush()
+        for error in await asyncio.gather(*writes):
+            if error is not None:
+                logger.warning("judge cache write to %s failed (answer kept, not cached): %s", self.cache_dir, error)
 
     def _give_up(self, started: float, attempts: int, reason: str) -> None:
         self.stats.add(failures=1)
@@ -325,19 +329,26 @@ class LiteLLMJudge(JudgeTasks):
         self.stats.add(requests=len(jobs))
         tasks: dict[str, asyncio.Future] = {}
         keys = []
-        for messages, parse in jobs:
-            key = request_key(self.model, messages, self._cache_params)
-            keys.append(key)
-            if key in tasks:
-                self.stats.add(deduplicated=1)
-            else:
-                tasks[key] = asyncio.ensure_future(self._answer(key, messages, parse))
+        writes: list[asyncio.Future] = []  # cache writes of the new answers
         try:
+            for messages, parse in jobs:
+                key = request_key(self.model, messages, self._cache_params)
+                keys.append(key)
+                if key in tasks:
+                    self.stats.add(deduplicated=1)
+                    continue
+                tasks[key] = asyncio.ensure_future(self._answer(key, messages, parse, writes))
+                if len(tasks) % self.max_concurrency == 0:
+                    await asyncio.sleep(0)  # let the first requests go out while the rest are keyed (~20 µs each)
             await asyncio.gather(*tasks.values())
         except BaseException:  # a fatal error (or cancellation): do not leave the rest of the batch running
             for task in tasks.values():
                 task.cancel()
+            if writes:
+                self._cache_writer.flush()  # the answers already received are still cached, unwaited for
             raise
+        if writes:
+            await self._written(writes)
         return [tasks[key].result() for key in keys]
 
     def _batch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:

@@ -37,6 +37,7 @@ COUNTERS = (
     "cost",
     "cost_unknown",
 )
+_KNOWN = frozenset(COUNTERS)
 _MAX_LATENCIES = 200_000  # keep the most recent; enough for any logging window
 
 
@@ -61,9 +62,8 @@ class JudgeStats:
         self._latencies_dropped = 0  # how many old latencies were discarded to bound memory
 
     def add(self, **increments: float) -> None:
-        unknown = set(increments) - set(COUNTERS)
-        if unknown:
-            raise KeyError(f"unknown judge counters {sorted(unknown)}; known: {COUNTERS}")
+        if not _KNOWN.issuperset(increments):  # called several times per request: no sets built on the way
+            raise KeyError(f"unknown judge counters {sorted(set(increments) - _KNOWN)}; known: {COUNTERS}")
         with self._lock:
             for name, value in increments.items():
                 self._counts[name] += value

@@ -1,10 +1,11 @@
 """How one judge attempt travels: through `litellm.acompletion` (any provider), or straight to an
-OpenAI-compatible `/chat/completions` endpoint over one pooled aiohttp session (`openai_http`).
+OpenAI-compatible `/chat/completions` endpoint over a pool of keep-alive connections (`openai_http`, see `http.py`).
 
 LiteLLM costs a few milliseconds of CPU per request (logging objects, pydantic responses, cost lookups). Against a
 remote API that is noise; against a local vLLM/SGLang server answering in ~100 ms at 64-way concurrency it is the
 bottleneck, since the event loop is one thread. `openai_http` sends the same request body without that overhead
-and still prices answers with LiteLLM's cost table. Both transports raise on failure and leave retrying to the
+and still prices answers with LiteLLM's cost table. It does not follow redirects (a 3xx answer fails the item
+like a 400: point api_base at the server itself). Both transports raise on failure and leave retrying to the
 client; both return a `Reply`.
 """
 
@@ -15,6 +16,8 @@ import json
 import os
 from dataclasses import dataclass
 from typing import Any
+
+from ppm_trl.judge import http
 
 # Arguments that change where/how a request travels but not the answer (not in the cache key or the body).
 TRANSPORT_ARGUMENTS = {"api_base", "base_url", "api_version", "timeout", "num_retries", "max_retries", "extra_headers"}
@@ -120,26 +123,19 @@ class OpenAIHTTPTransport:
         self.kwargs = {k: v for k, v in kwargs.items() if k not in TRANSPORT_ARGUMENTS}
         self.key_variable = api_key_env or _OPENAI_COMPATIBLE[provider]
         self.pricing = _Pricing(model)
-        self._session = None
-        self._session_loop = None
+        self._pool = http.ConnectionPool(self.url, self.extra_headers)  # refuses a bad URL or header now
 
     async def send(self, messages: list[dict[str, str]], temperature: float) -> Reply:
-        import aiohttp  # installed with LiteLLM
-
-        running = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not running:  # new loop after fork
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-            self._session_loop = running
-        headers = {"Content-Type": "application/json", **self.extra_headers}
-        key = os.environ.get(self.key_variable)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
         payload = {"model": self.name, "messages": messages, "temperature": temperature, **self.kwargs}
-        timeout = aiohttp.ClientTimeout(total=self.timeout)
-        async with self._session.post(self.url, data=json.dumps(payload), headers=headers, timeout=timeout) as response:
-            body = await response.read()
-            if response.status >= 300:
-                raise HTTPStatusError(response.status, dict(response.headers), body.decode("utf-8", "replace"))
+        key = os.environ.get(self.key_variable)  # read per request, never stored
+        response = await self._pool.post(
+            json.dumps(payload).encode(), self.timeout, {"Authorization": f"Bearer {key}"} if key else None
+        )
+        if response.status >= 300:  # redirects are not followed: api_base must name the server itself
+            raise HTTPStatusError(response.status, response.headers, response.body.decode("utf-8", "replace"))
+        return self._reply(response.body)
+
+    def _reply(self, body: bytes) -> Reply:
         try:
             data = json.loads(body)
         except ValueError:
@@ -157,8 +153,8 @@ class OpenAIHTTPTransport:
         return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost)
 
     async def aclose(self) -> None:
-        if self._session is not None and not self._session.closed and self._session_loop is asyncio.get_running_loop():
-            await self._session.close()
+        if self._pool.loop is asyncio.get_running_loop():
+            self._pool.close()
 
 
 TRANSPORTS = {"litellm": LiteLLMTransport, "openai_http": OpenAIHTTPTransport}
