@@ -34,14 +34,14 @@ from ppm_trl.demo import VARIANT_LABELS, RunSpec, find_cliff, train_variant
 from ppm_trl.envs import make_dataset
 from ppm_trl.warmstart import WarmStartSettings, warm_start
 
-ENV = "multi_add"
+ENVS = ("multi_add", "chain_add")  # independent and sequential reasoning graphs (PPM §5.1, App. A)
 
 
-def choose_horizons(model_path: str, candidates: list[int], eval_size: int) -> tuple[dict[str, int], dict]:
+def choose_horizons(model_path: str, env: str, candidates: list[int], eval_size: int) -> tuple[dict[str, int], dict]:
     """{easy, cliff, impossible} horizons from the warm start's base rates (every candidate evaluated)."""
     rates = {}
     for n in candidates:
-        _, measured = find_cliff(model_path, ENV, [n], eval_size, threshold=-1.0)
+        _, measured = find_cliff(model_path, env, [n], eval_size, threshold=-1.0)
         rates[n] = measured[n]
     easy = max((n for n in candidates if rates[n]["all_correct"] >= 0.2), default=min(candidates))
     cliff = min((n for n in candidates if 0 < rates[n]["all_correct"] <= 0.03 and n > easy),
@@ -120,7 +120,7 @@ def plot(args, horizons: dict, runs: dict, path: str) -> None:
                 ax = axes[row, column]
                 ax.plot(samples, mean, marker="o", markersize=3, label=f"{VARIANT_LABELS[variant]} ({len(results)})")
                 ax.fill_between(samples, [m - s for m, s in stats], [m + s for m, s in stats], alpha=0.15)
-        axes[0, column].set_title(f"multi_add n={n} ({label})")
+        axes[0, column].set_title(f"{args.env} n={n} ({label})")
         axes[0, column].axhline(args.target, color="gray", lw=0.6, ls=":")
         for row, ylabel in enumerate(("all-correct (sampled)", "per-sub-problem accuracy")):
             axes[row, column].set_xlabel("training samples")
@@ -135,6 +135,8 @@ def plot(args, horizons: dict, runs: dict, path: str) -> None:
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description="Sparse vs trajectory vs segment PPM across horizons (PPM Fig. 4)")
+    parser.add_argument("--env", choices=ENVS, default="multi_add",
+                        help="multi_add: independent sub-problems; chain_add: sequential (each needs the last).")
     parser.add_argument("--horizons", type=int, nargs=3, default=None, metavar=("EASY", "CLIFF", "IMPOSSIBLE"))
     parser.add_argument("--candidates", type=int, nargs="+", default=[2, 3, 4, 5, 6, 8, 10, 12, 14, 16])
     parser.add_argument("--variants", nargs="+", default=["sparse", "trajectory", "segment"])
@@ -145,9 +147,12 @@ def parse_args(argv=None):
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--eval-size", type=int, default=128)
     parser.add_argument("--target", type=float, default=0.10)
-    parser.add_argument("--output-dir", default=os.path.join(RESULTS, "horizon_scaling"))
+    parser.add_argument("--output-dir", default=None, help="Default benchmarks/results/horizon_scaling/<env>.")
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--extras-only", action="store_true",
+                        help="Only the --extra-variants runs (tuning read from the cached runs): a second process "
+                        "can share the work with the one running the main grid.")
     parser.add_argument("--summarize-only", action="store_true",
                         help="Tables and plot from the runs cached so far; train nothing (partial results).")
     parser.add_argument("--quick", action="store_true", help="CI smoke: tiny warm start, 2 steps, 1 seed, 1 lr.")
@@ -156,9 +161,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    settings = WarmStartSettings()
+    args.output_dir = args.output_dir or os.path.join(RESULTS, "horizon_scaling", args.env)
+    settings = WarmStartSettings(env=args.env)
     if args.quick:
-        settings = WarmStartSettings(horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8, hidden_size=32,
+        settings = WarmStartSettings(env=args.env, horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8, hidden_size=32,
                                      num_hidden_layers=1, target_per_subproblem=None)
         args.horizons, args.seeds, args.lrs, args.steps, args.eval_every, args.eval_size = [1, 2, 3], [0], [1e-4], 2, 1, 8
         args.output_dir = args.output_dir + "_quick"
@@ -168,11 +174,11 @@ def main(argv=None) -> dict:
         horizons = dict(zip(("easy", "cliff", "impossible"), args.horizons))
         rates = {}
         for n in args.horizons:
-            rates.update(find_cliff(model_path, ENV, [n], args.eval_size, threshold=-1.0)[1])
+            rates.update(find_cliff(model_path, args.env, [n], args.eval_size, threshold=-1.0)[1])
     else:
-        horizons, rates = choose_horizons(model_path, args.candidates, args.eval_size)
+        horizons, rates = choose_horizons(model_path, args.env, args.candidates, args.eval_size)
     print(f"horizons {horizons}", flush=True)
-    eval_sets = {n: make_dataset(ENV, n, args.eval_size, seed=90_000 + n) for n in horizons.values()}
+    eval_sets = {n: make_dataset(args.env, n, args.eval_size, seed=90_000 + n) for n in horizons.values()}
 
     tuning, best_lr = {}, {}
     for variant in args.variants:
@@ -187,7 +193,7 @@ def main(argv=None) -> dict:
     print(f"best learning rates at the cliff: {best_lr}", flush=True)
 
     runs: dict = {}
-    for label in ("cliff", "impossible", "easy"):
+    for label in ("cliff", "impossible", "easy") if not args.extras_only else ():
         n = horizons[label]
         for variant in [v for v in args.variants if v in best_lr]:
             done = [run(args, model_path, variant, n, best_lr[variant], seed, eval_sets) for seed in args.seeds]

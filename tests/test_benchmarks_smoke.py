@@ -35,10 +35,11 @@ def test_judge_throughput_quick():
     assert stdout.count("0 requests reached the server") == 2  # the cached rerun of each transport
 
 
-@pytest.mark.parametrize("script", ["snr.py", "horizon_scaling.py"])
-def test_learning_benchmarks_quick(tmp_path, script):
+@pytest.mark.parametrize("script, flags", [("snr.py", []), ("horizon_scaling.py", ["--env", "multi_add"]),
+                                           ("horizon_scaling.py", ["--env", "chain_add"])])
+def test_learning_benchmarks_quick(tmp_path, script, flags):
     extra = ["--cache-dir", str(tmp_path / "cache")] if script == "horizon_scaling.py" else []
     out = tmp_path / "results"
-    _run(f"benchmarks/{script}", "--quick", "--output-dir", str(out), *extra)
+    _run(f"benchmarks/{script}", "--quick", "--output-dir", str(out), *flags, *extra)
     written = [p for p in tmp_path.rglob("*") if p.suffix in (".json", ".png") and "cache" not in p.parts]
     assert {p.suffix for p in written} == {".json", ".png"}  # horizon_scaling appends `_quick` to the directory
