@@ -162,7 +162,7 @@ def parse_args(argv=None):
 def main(argv=None) -> dict:
     args = parse_args(argv)
     args.output_dir = args.output_dir or os.path.join(RESULTS, "horizon_scaling", args.env)
-    settings = WarmStartSettings(env=args.env)
+    settings = WarmStartSettings.for_env(args.env)
     if args.quick:
         settings = WarmStartSettings(env=args.env, horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8, hidden_size=32,
                                      num_hidden_layers=1, target_per_subproblem=None)

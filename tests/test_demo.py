@@ -67,3 +67,11 @@ def test_bad_settings_are_clear_errors():
         warmstart.WarmStartSettings(horizons=())
     with pytest.raises(ValueError, match="max_steps"):
         warmstart.WarmStartSettings(max_steps=0)
+
+
+def test_env_recipes_apply_and_overrides_win():
+    chain = warmstart.WarmStartSettings.for_env("chain_add")
+    assert chain.env == "chain_add" and chain.learning_rate == 1e-3 and chain.probe_every == 10
+    assert warmstart.WarmStartSettings.for_env("chain_add", learning_rate=3e-3).learning_rate == 3e-3
+    assert warmstart.WarmStartSettings.for_env("multi_add") == warmstart.WarmStartSettings()  # no recipe: defaults
+    assert chain.key() != warmstart.WarmStartSettings(env="chain_add").key()
