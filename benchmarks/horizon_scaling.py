@@ -150,6 +150,10 @@ def parse_args(argv=None):
     parser.add_argument("--output-dir", default=None, help="Default benchmarks/results/horizon_scaling/<env>.")
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--best-lrs", nargs="+", default=None, metavar="VARIANT=LR",
+                        help="Skip the tuning and use these learning rates (e.g. the ones tuned on multi_add).")
+    parser.add_argument("--only", nargs="+", choices=["easy", "cliff", "impossible"],
+                        default=["cliff", "impossible", "easy"], help="Which horizons to run.")
     parser.add_argument("--extras-only", action="store_true",
                         help="Only the --extra-variants runs (tuning read from the cached runs): a second process "
                         "can share the work with the one running the main grid.")
@@ -181,7 +185,9 @@ def main(argv=None) -> dict:
     eval_sets = {n: make_dataset(args.env, n, args.eval_size, seed=90_000 + n) for n in horizons.values()}
 
     tuning, best_lr = {}, {}
-    for variant in args.variants:
+    if args.best_lrs:
+        best_lr = {v: float(lr) for v, lr in (item.split("=") for item in args.best_lrs)}
+    for variant in args.variants if not args.best_lrs else ():
         for lr in args.lrs:
             result = run(args, model_path, variant, horizons["cliff"], lr, args.seeds[0], eval_sets)
             if result is not None:
@@ -193,7 +199,7 @@ def main(argv=None) -> dict:
     print(f"best learning rates at the cliff: {best_lr}", flush=True)
 
     runs: dict = {}
-    for label in ("cliff", "impossible", "easy") if not args.extras_only else ():
+    for label in args.only if not args.extras_only else ():
         n = horizons[label]
         for variant in [v for v in args.variants if v in best_lr]:
             done = [run(args, model_path, variant, n, best_lr[variant], seed, eval_sets) for seed in args.seeds]
