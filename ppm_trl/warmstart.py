@@ -125,7 +125,15 @@ def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None
     probes: list[dict] = []
     if settings.target_per_subproblem is not None:
         trainer.add_callback(_accuracy_probe(settings, tokenizer, probes))
-    trainer.train()
+    # One thread: float sums in another order give a different checkpoint, and at this size the difference is
+    # qualitative (a 2-thread run of the same settings left lines 3 and 5 of n = 6 at ~0.1, while the 1-thread one
+    # used in BENCHMARKS.md falls off gradually), so the cache key must mean one model.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        trainer.train()
+    finally:
+        torch.set_num_threads(threads)
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     with open(os.path.join(staging, "warmstart.json"), "w") as handle:
