@@ -4,7 +4,8 @@
 2. Measure the warm start's all-correct rate per horizon and pick the cliff: the smallest n where it is ≤ 3%
    (sparse outcome rewards are then rare: about one success per batch, PPM paper §5.1, Theorem 5.1).
 3. Train `PPMGRPOTrainer` (segment-level) and plain `GRPOTrainer` (sparse outcome) from the same warm start
-   with the same samples, learning rate and seed; evaluate sampled success on held-out prompts as they train.
+   with the same samples and seed, each at its own tuned learning rate; evaluate sampled success on held-out
+   prompts as they train.
 4. Print before/after, write `success_vs_samples.png`, `results.json` and the PPM checkpoint (`ppm_model/`,
    loadable with `from_pretrained`) under `--output-dir`.
 

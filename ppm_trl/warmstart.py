@@ -98,7 +98,7 @@ def sft_dataset(settings: WarmStartSettings):
 
 def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None = None, force: bool = False,
                progress: bool = True) -> str:
-    """Path of the SFT'd checkpoint for `settings`, training it unless cached (default: ~8 min on an idle 2-core CPU)."""
+    """Path of the SFT'd checkpoint for `settings`, training it unless cached (default: ~8 min, one thread)."""
     settings = settings or WarmStartSettings()
     path = os.path.join(cache_root or default_cache_root(), settings.key())
     if not force and os.path.exists(os.path.join(path, "warmstart.json")):
