@@ -210,11 +210,11 @@ def parse_args(argv=None):
     parser.add_argument("--n", type=int, default=None, help="Horizon; default: the warm start's cliff (≤ 3%%).")
     parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3, 4, 5, 6, 7, 8],
                         help="Candidate horizons for the cliff search.")
-    parser.add_argument("--steps", type=int, default=80, help="RL steps per trainer (64 samples each).")
+    parser.add_argument("--steps", type=int, default=60, help="RL steps per trainer (64 samples each).")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="Both trainers; default: each at its best of {3e-5, 1e-4, 3e-4} at the cliff "
                         f"(benchmarks/horizon_scaling.py, BENCHMARKS.md): {DEMO_LEARNING_RATES}.")
-    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--eval-every", type=int, default=15)
     parser.add_argument("--eval-size", type=int, default=128, help="Held-out prompts per evaluation.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sft-steps", type=int, default=None, help="Override the warm start's SFT steps.")
