@@ -36,7 +36,8 @@ def test_judge_throughput_quick():
 
 
 @pytest.mark.parametrize("script, flags", [("snr.py", []), ("horizon_scaling.py", ["--env", "multi_add"]),
-                                           ("horizon_scaling.py", ["--env", "chain_add"])])
+                                           ("horizon_scaling.py", ["--env", "chain_add", "--best-lrs", "sparse=1e-4",
+                                                                   "--only", "cliff"])])
 def test_learning_benchmarks_quick(tmp_path, script, flags):
     extra = ["--cache-dir", str(tmp_path / "cache")] if script == "horizon_scaling.py" else []
     out = tmp_path / "results"

@@ -25,7 +25,7 @@ from typing import Any
 
 from ppm_trl.envs import build_row, load_task
 from ppm_trl.envs.base import SyntheticEnv
-from ppm_trl.envs.multi_add import LABELS, _parse_line
+from ppm_trl.envs.multi_add import _BOX, LABELS, _parse_line
 
 MODULUS = 10
 
@@ -88,8 +88,8 @@ class ChainAddEnv(SyntheticEnv):
             return False
         if any(_parse_line(line) != want for want, line in zip(expected, lines)):
             return False
-        box = lines[-1].strip()
-        return box.startswith("\\boxed{") and box.endswith("}") and box[7:-1].strip() == str(expected[-1][3])
+        box = _BOX.match(lines[-1])
+        return box is not None and box.group(1).strip() == str(expected[-1][3])
 
 
 def _task(row: dict[str, Any]) -> tuple[int, list[int]]:
