@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -75,3 +78,28 @@ def test_env_recipes_apply_and_overrides_win():
     assert warmstart.WarmStartSettings.for_env("chain_add", learning_rate=3e-3).learning_rate == 3e-3
     assert warmstart.WarmStartSettings.for_env("multi_add") == warmstart.WarmStartSettings()  # no recipe: defaults
     assert chain.key() != warmstart.WarmStartSettings(env="chain_add").key()
+
+
+def test_fine_probe_probes_every_step_once_close_and_stops_at_target(monkeypatch):
+    """`fine_probe_from`: coarse cadence until the probe reaches it, then every step, until the target stops SFT."""
+    settings = warmstart.WarmStartSettings(env="chain_add", probe_horizon=2, probe_size=2, probe_every=10,
+                                           target_per_subproblem=0.5, fine_probe_from=0.1)
+    accuracy = {10: 0.02, 20: 0.12, 21: 0.2, 22: 0.3, 23: 0.55}
+    monkeypatch.setattr(warmstart, "evaluate_policy",
+                        lambda model, tok, probe, budget, seed: {"all_correct": 0.0, "per_subproblem": accuracy[seed]})
+    probes: list = []
+    callback = warmstart._accuracy_probe(settings, None, probes)
+    control = SimpleNamespace(should_training_stop=False)
+    for step in range(1, 30):
+        callback.on_step_end(None, SimpleNamespace(global_step=step), control, model=None)
+        if control.should_training_stop:
+            break
+    assert [p["step"] for p in probes] == [10, 20, 21, 22, 23] and step == 23
+
+
+def test_settings_added_later_keep_old_cache_keys():
+    settings = warmstart.WarmStartSettings()
+    legacy = {k: v for k, v in dataclasses.asdict(settings).items() if k != "fine_probe_from"}
+    digest = hashlib.sha256(json.dumps({"version": warmstart.WARMSTART_VERSION, **legacy}, sort_keys=True).encode())
+    assert settings.key() == digest.hexdigest()[:16]
+    assert warmstart.WarmStartSettings(fine_probe_from=0.1).key() != settings.key()
