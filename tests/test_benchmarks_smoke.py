@@ -44,3 +44,11 @@ def test_learning_benchmarks_quick(tmp_path, script, flags):
     _run(f"benchmarks/{script}", "--quick", "--output-dir", str(out), *flags, *extra)
     written = [p for p in tmp_path.rglob("*") if p.suffix in (".json", ".png") and "cache" not in p.parts]
     assert {p.suffix for p in written} == {".json", ".png"}  # horizon_scaling appends `_quick` to the directory
+
+
+def test_warmstart_profile_quick(tmp_path):
+    stdout = _run("benchmarks/warmstart_profile.py", "--quick", "--env", "chain_add", "--cache-dir", str(tmp_path))
+    results = json.loads(stdout.strip().splitlines()[-1])["results"]
+    assert [r["n"] for r in results] == [1, 2] and [len(r["lines"]) for r in results] == [1, 2]
+    assert all(0 <= r["all_correct"] <= min(r["lines"]) <= 1 for r in results)  # all-correct needs every line
+    assert "| all-correct |" in stdout and "n = 2, line by line:" in stdout

@@ -1,0 +1,60 @@
+"""Where a warm start's errors sit: sampled all-correct and per-sub-problem accuracy per horizon, and the accuracy of
+each line position (the table above each horizon-scaling result in BENCHMARKS.md).
+
+    python benchmarks/warmstart_profile.py --env chain_add --horizons 2 3 4 5 6 7 8 10 --lines-at 8
+    python benchmarks/warmstart_profile.py --quick      # CI smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import common  # noqa: F401  (puts the checkout on sys.path)
+from horizon_scaling import ENVS
+
+from ppm_trl.envs import get_env, make_dataset
+from ppm_trl.warmstart import WarmStartSettings, completion_budget, load_policy, sample_completions, warm_start
+
+
+def profile(model_path: str, env_name: str, n: int, size: int) -> dict:
+    """All-correct, per-sub-problem and per-line-position accuracy at horizon n (the find_cliff sample)."""
+    model, tokenizer = load_policy(model_path)
+    env = get_env(env_name)
+    rows = make_dataset(env_name, n, size, seed=7_000 + n).to_list()
+    texts = sample_completions(model, tokenizer, [row["prompt"] for row in rows], completion_budget(env_name, n),
+                               seed=99)
+    solved = [env.solved_lines(row, text) for row, text in zip(rows, texts)]
+    return {"n": n, "all_correct": sum(env.verify(r, t) for r, t in zip(rows, texts)) / size,
+            "per_subproblem": sum(len(lines) for lines in solved) / (n * size),
+            "lines": [sum(k in lines for lines in solved) / size for k in range(1, n + 1)]}
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", choices=ENVS, default="multi_add")
+    parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3, 4, 5, 6, 7, 8, 10])
+    parser.add_argument("--lines-at", type=int, nargs="*", default=[8], help="Horizons whose line accuracies to print.")
+    parser.add_argument("--size", type=int, default=256, help="Prompts per horizon.")
+    parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: an untrained tiny warm start, 4 prompts.")
+    args = parser.parse_args(argv)
+    settings = WarmStartSettings.for_env(args.env)
+    if args.quick:
+        settings = WarmStartSettings(env=args.env, horizons=(1,), num_examples=8, max_steps=1, batch_size=4,
+                                     hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
+        args.horizons, args.lines_at, args.size = [1, 2], [2], 4
+    model_path = warm_start(settings, cache_root=args.cache_dir, progress=False)
+    results = [profile(model_path, args.env, n, args.size) for n in args.horizons]
+    print(f"| n | {' | '.join(str(r['n']) for r in results)} |\n|---|{'---|' * len(results)}")
+    for key in ("all_correct", "per_subproblem"):
+        print(f"| {key.replace('_', '-')} | {' | '.join(f'{r[key]:.3f}' for r in results)} |")
+    for r in results:
+        if r["n"] in args.lines_at:
+            print(f"n = {r['n']}, line by line: {' '.join(f'{a:.2f}' for a in r['lines'])}")
+    print(json.dumps({"warm_start": model_path, "results": results}))
+    return results
+
+
+if __name__ == "__main__":
+    main()
