@@ -27,6 +27,7 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import asdict
 
 from common import RESULTS, cached_run, markdown_table, mean_spread, samples_to_target
 
@@ -67,7 +68,27 @@ def run(args, model_path: str, variant: str, n: int, lr: float, seed: int, eval_
               f"({time.time() - started:.0f}s)", flush=True)
         return result
 
-    return cached_run(path, compute)
+    result = cached_run(path, compute)
+    stale = {k: (v, asdict(spec)[k]) for k, v in result["spec"].items() if asdict(spec).get(k) != v}
+    if stale:  # e.g. the same run name with another --steps or --eval-every
+        raise ValueError(f"cached run {path} was made with other settings (cached, asked): {stale}; delete it or "
+                         f"use another --output-dir")
+    return result
+
+
+def check_warm_start(output_dir: str, model_path: str) -> None:
+    """Runs in `output_dir` must all come from one warm start: record it on first use, refuse another later."""
+    marker, key = os.path.join(output_dir, "warm_start.txt"), os.path.basename(os.path.normpath(model_path))
+    if os.path.exists(marker):
+        with open(marker) as handle:
+            recorded = handle.read().strip()
+        if recorded != key:
+            raise ValueError(f"the runs in {output_dir} were made from warm start {recorded}, this invocation uses "
+                             f"{key} ({model_path}); use another --output-dir")
+        return
+    os.makedirs(output_dir, exist_ok=True)
+    with open(marker, "w") as handle:
+        handle.write(key + "\n")
 
 
 def final(result: dict, key: str) -> float:
@@ -174,6 +195,7 @@ def main(argv=None) -> dict:
         args.output_dir = args.output_dir + "_quick"
     started = time.time()
     model_path = warm_start(settings, cache_root=args.cache_dir, progress=not args.no_progress)
+    check_warm_start(args.output_dir, model_path)
     if args.horizons:
         horizons = dict(zip(("easy", "cliff", "impossible"), args.horizons))
         rates = {}

@@ -52,3 +52,34 @@ def test_warmstart_profile_quick(tmp_path):
     assert [r["n"] for r in results] == [1, 2] and [len(r["lines"]) for r in results] == [1, 2]
     assert all(0 <= r["all_correct"] <= min(r["lines"]) <= 1 for r in results)  # all-correct needs every line
     assert "| all-correct |" in stdout and "n = 2, line by line:" in stdout
+
+
+def _horizon_scaling_module():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import horizon_scaling
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return horizon_scaling
+
+
+def test_horizon_scaling_refuses_cached_runs_made_with_other_settings(tmp_path):
+    """A run cached with --steps 80 must not be reused silently by an invocation asking for --steps 40."""
+    hs = _horizon_scaling_module()
+    args = hs.parse_args(["--output-dir", str(tmp_path), "--steps", "40", "--eval-every", "20"])
+    cached = {"spec": {"variant": "sparse", "n": 6, "learning_rate": 1e-4, "max_steps": 80, "prompts_per_step": 8,
+                       "num_generations": 8, "num_segments": None, "eval_every": 20, "seed": 0}, "history": []}
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "sparse_n6_lr0.0001_s0.json").write_text(json.dumps(cached))
+    with pytest.raises(ValueError, match=r"max_steps.*\(80, 40\)"):
+        hs.run(args, "unused", "sparse", 6, 1e-4, 0, eval_sets={})
+    args = hs.parse_args(["--output-dir", str(tmp_path), "--steps", "80", "--eval-every", "20"])
+    assert hs.run(args, "unused", "sparse", 6, 1e-4, 0, eval_sets={}) == cached  # same settings: reused
+
+
+def test_horizon_scaling_output_dir_belongs_to_one_warm_start(tmp_path):
+    hs = _horizon_scaling_module()
+    hs.check_warm_start(str(tmp_path / "out"), "/cache/warmstart/aaaa")
+    hs.check_warm_start(str(tmp_path / "out"), "/cache/warmstart/aaaa/")  # same one: fine
+    with pytest.raises(ValueError, match="made from warm start aaaa, this invocation uses bbbb"):
+        hs.check_warm_start(str(tmp_path / "out"), "/cache/warmstart/bbbb")
