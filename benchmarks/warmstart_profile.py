@@ -1,7 +1,8 @@
 """Where a warm start's errors sit: sampled all-correct and per-sub-problem accuracy per horizon, and the accuracy of
 each line position (the table above each horizon-scaling result in BENCHMARKS.md).
 
-    python benchmarks/warmstart_profile.py --env chain_add --horizons 2 3 4 5 6 7 8 10 --lines-at 8
+    python benchmarks/warmstart_profile.py --env chain_add --horizons 2 3 4 5 6 7 8 10 --lines-at 6 8 \
+        --json benchmarks/results/horizon_scaling/chain_add/warmstart_profile.json
     python benchmarks/warmstart_profile.py --quick      # CI smoke
 """
 
@@ -36,6 +37,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3, 4, 5, 6, 7, 8, 10])
     parser.add_argument("--lines-at", type=int, nargs="*", default=[8], help="Horizons whose line accuracies to print.")
     parser.add_argument("--size", type=int, default=256, help="Prompts per horizon.")
+    parser.add_argument("--json", default=None, help="Also write the results to this file.")
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
     parser.add_argument("--quick", action="store_true", help="CI smoke: an untrained tiny warm start, 4 prompts.")
     args = parser.parse_args(argv)
@@ -52,7 +54,11 @@ def main(argv=None) -> list[dict]:
     for r in results:
         if r["n"] in args.lines_at:
             print(f"n = {r['n']}, line by line: {' '.join(f'{a:.2f}' for a in r['lines'])}")
-    print(json.dumps({"warm_start": model_path, "results": results}))
+    report = json.dumps({"warm_start": model_path, "env": args.env, "results": results})
+    print(report)
+    if args.json:
+        with open(args.json, "w") as handle:
+            handle.write(report + "\n")
     return results
 
 
