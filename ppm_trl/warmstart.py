@@ -60,6 +60,10 @@ class WarmStartSettings:
         self.horizons = tuple(int(n) for n in self.horizons)
         if not self.horizons or min(self.horizons) < 1:
             raise ValueError(f"horizons must be a non-empty list of integers >= 1, got {self.horizons}")
+        for name in ("target_per_subproblem", "fine_probe_from"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise ValueError(f"{name} is an accuracy in [0, 1] (or None), got {value}")
         for name in ("num_examples", "max_steps", "batch_size", "hidden_size", "num_hidden_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -81,7 +85,7 @@ _ADDED_AFTER_V1 = ("fine_probe_from",)
 # Per-env departures from the defaults. chain_add: at lr 3e-3 its SFT collapsed to one constant answer; at 1e-3
 # it learns in a sudden jump (per-sub-problem accuracy at n = 6 goes 0.03 → 0.95 over steps ~1,520-1,565), so the
 # probe switches to every step near it and stops early in it (0.2 at n = 6, step 1,542): per-line accuracy ~0.6,
-# all-correct 0.31 / 0.09 / 0.02 / 0 at n = 2 / 4 / 6 / 8 — a cliff inside the trained horizons.
+# all-correct 0.29 / 0.07 / 0.035 / 0.012 at n = 2 / 4 / 6 / 8 — a cliff inside the trained horizons.
 ENV_RECIPES: dict[str, dict] = {
     "chain_add": {"learning_rate": 1e-3, "probe_every": 10, "probe_size": 32, "target_per_subproblem": 0.2,
                   "fine_probe_from": 0.08},

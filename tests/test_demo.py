@@ -70,6 +70,8 @@ def test_bad_settings_are_clear_errors():
         warmstart.WarmStartSettings(horizons=())
     with pytest.raises(ValueError, match="max_steps"):
         warmstart.WarmStartSettings(max_steps=0)
+    with pytest.raises(ValueError, match=r"fine_probe_from is an accuracy in \[0, 1\]"):
+        warmstart.WarmStartSettings(fine_probe_from=8)
 
 
 def test_env_recipes_apply_and_overrides_win():
