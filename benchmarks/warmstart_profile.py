@@ -14,21 +14,8 @@ import json
 import common  # noqa: F401  (puts the checkout on sys.path)
 from horizon_scaling import ENVS
 
-from ppm_trl.envs import get_env, make_dataset
-from ppm_trl.warmstart import WarmStartSettings, completion_budget, load_policy, sample_completions, warm_start
-
-
-def profile(model_path: str, env_name: str, n: int, size: int) -> dict:
-    """All-correct, per-sub-problem and per-line-position accuracy at horizon n (the find_cliff sample)."""
-    model, tokenizer = load_policy(model_path)
-    env = get_env(env_name)
-    rows = make_dataset(env_name, n, size, seed=7_000 + n).to_list()
-    texts = sample_completions(model, tokenizer, [row["prompt"] for row in rows], completion_budget(env_name, n),
-                               seed=99)
-    solved = [env.solved_lines(row, text) for row, text in zip(rows, texts)]
-    return {"n": n, "all_correct": sum(env.verify(r, t) for r, t in zip(rows, texts)) / size,
-            "per_subproblem": sum(len(lines) for lines in solved) / (n * size),
-            "lines": [sum(k in lines for lines in solved) / size for k in range(1, n + 1)]}
+from ppm_trl.demo import find_cliff
+from ppm_trl.warmstart import WarmStartSettings, warm_start
 
 
 def main(argv=None) -> list[dict]:
@@ -47,7 +34,9 @@ def main(argv=None) -> list[dict]:
                                      hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
         args.horizons, args.lines_at, args.size = [1, 2], [2], 4
     model_path = warm_start(settings, cache_root=args.cache_dir, progress=False)
-    results = [profile(model_path, args.env, n, args.size) for n in args.horizons]
+    _, rates = find_cliff(model_path, args.env, args.horizons, args.size, threshold=-1.0)  # the demo's base sample
+    results = [{"n": n, "all_correct": rates[n]["all_correct"], "per_subproblem": rates[n]["per_subproblem"],
+                "lines": rates[n]["per_point"]} for n in args.horizons]
     print(f"| n | {' | '.join(str(r['n']) for r in results)} |\n|---|{'---|' * len(results)}")
     for key in ("all_correct", "per_subproblem"):
         print(f"| {key.replace('_', '-')} | {' | '.join(f'{r[key]:.3f}' for r in results)} |")

@@ -23,6 +23,9 @@ import torch
 WARMSTART_VERSION = 1  # bump when the recipe changes, so old caches are not reused
 
 
+_ADDED_AFTER_V1 = ("fine_probe_from",)  # settings that enter the cache key only when set
+
+
 @dataclass
 class WarmStartSettings:
     """Everything that determines the warm-start checkpoint (its cache key)."""
@@ -79,8 +82,6 @@ class WarmStartSettings:
         payload = json.dumps({"version": WARMSTART_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
-
-_ADDED_AFTER_V1 = ("fine_probe_from",)
 
 # Per-env departures from the defaults. chain_add: at lr 3e-3 its SFT collapsed to one constant answer; at 1e-3
 # it learns in a sudden jump (per-sub-problem accuracy at n = 6 goes 0.03 → 0.95 over steps ~1,520-1,565), so the
@@ -236,20 +237,27 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
     """Sampled success on `dataset` rows: `all_correct` (the env's verifier) and `per_subproblem` accuracy.
 
     `per_subproblem` is the mean fraction of points 1..n reached (goal excluded, no graph closure), the metric that
-    still moves when all-correct success is 0.
+    still moves when all-correct success is 0; `per_point[k-1]` is the fraction of rows reaching point k (where in
+    the solution errors sit), given when all rows have the same number of points.
     """
     from .envs import get_env
 
     rows = dataset.to_list()
     completions = sample_completions(model, tokenizer, [row["prompt"] for row in rows], max_new_tokens,
                                      temperature=temperature, batch_size=batch_size, seed=seed)
-    solved, fractions = 0, []
+    solved, fractions, reached_sets = 0, [], []
     for row, text in zip(rows, completions):
         env = get_env(row["env"])
         solved += env.verify(row, text)
         num_sub = len(row["reasoning_points"]) - 1
-        fractions.append(len(env.match_points(row, text) - {num_sub + 1}) / num_sub)
-    return {"all_correct": solved / len(rows), "per_subproblem": sum(fractions) / len(rows), "num_prompts": len(rows)}
+        reached = env.match_points(row, text) - {num_sub + 1}
+        fractions.append(len(reached) / num_sub)
+        reached_sets.append(reached)
+    metrics = {"all_correct": solved / len(rows), "per_subproblem": sum(fractions) / len(rows), "num_prompts": len(rows)}
+    sizes = {len(row["reasoning_points"]) - 1 for row in rows}
+    if len(sizes) == 1:
+        metrics["per_point"] = [sum(k in reached for reached in reached_sets) / len(rows) for k in range(1, sizes.pop() + 1)]
+    return metrics
 
 
 __all__ = ["ENV_RECIPES", "WarmStartSettings", "completion_budget", "default_cache_root", "evaluate_policy", "load_policy",

@@ -61,6 +61,7 @@ def test_evaluate_policy_counts_all_correct_and_per_subproblem(monkeypatch):
     metrics = warmstart.evaluate_policy(None, None, rows, max_new_tokens=8)
     assert metrics["all_correct"] == pytest.approx(1 / 3)
     assert metrics["per_subproblem"] == pytest.approx((1 + 0.5 + 1) / 3)
+    assert metrics["per_point"] == pytest.approx([1.0, 2 / 3])  # line 1 right in all three, line 2 in rows 0 and 2
 
 
 def test_bad_settings_are_clear_errors():
