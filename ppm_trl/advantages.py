@@ -14,6 +14,7 @@ PAPO (`papers/papo_decoupled_advantage.txt` §4):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from numbers import Integral
 
@@ -21,6 +22,30 @@ import torch
 
 PROCESS_NORMS = ("correct_subset", "full")
 COMBINES = ("decoupled", "multiplicative")
+
+# name → estimator. Every PPM-family estimator takes (values (N, K), outcome (N,), group_size, add_outcome, scale,
+# eps, valid, outcome_weight) and returns (N, K); `papo` takes (outcome (N,), process (N,), group_size, lam, ...)
+# and `grpo` (outcome (N,), group_size, scale, eps), both returning (N,).
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {}
+
+
+def register_advantage_estimator(name: str):
+    """Decorator registering an estimator under `name` (cf. verl's `register_adv_est`); a name is taken once."""
+
+    def register(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = function
+        return function
+
+    return register
+
+
+def get_advantage_estimator(name: str) -> Callable[..., torch.Tensor]:
+    """The estimator registered as `name`; an unknown name is an error, never a fallback."""
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
+    return ADVANTAGE_ESTIMATORS[name]
 
 
 # -------------------------------------------------------------------------------------------------- helpers
@@ -64,13 +89,20 @@ def _outcome_column(outcome, like: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- group stats
-def group_normalize(rewards, group_size: int, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
-    """GRPO group normalisation per column: (r − mean_group) / (std_group + eps), std only when `scale`.
+def group_normalize(rewards, group_size: int, scale: bool | str = True, eps: float = 1e-4) -> torch.Tensor:
+    """GRPO group normalisation per column: (r − mean_group) / (std + eps), TRL's `scale_rewards` semantics.
 
     `rewards` is (N,) or (N, K); each column is normalised separately over consecutive blocks of `group_size` rows.
-    The std is the sample (Bessel-corrected) std, as in TRL and verl. NaN entries are excluded from the group's mean
-    and std and get 0; a group with a single non-NaN entry has std 0 (its advantage is 0 after centring).
+    `scale`: True or "group" divides by the group's std, "batch" by the std of the whole column (TRL's
+    `scale_rewards="batch"`: mean per group, std over the batch), False or "none" only centres. The std is the
+    sample (Bessel-corrected) std, as in TRL and verl. NaN entries are excluded from every mean and std and get 0;
+    a group with a single non-NaN entry has std 0 (its advantage is 0 after centring). A group whose present values
+    are all identical gets exactly 0: a float mean such as 16·(3/5 + 1)/16 is off by an ulp, and that residue must
+    neither survive the zero-advantage filter nor be blown up by the std division.
     """
+    scale = {True: "group", False: "none"}.get(scale, scale) if isinstance(scale, bool) else scale
+    if scale not in ("group", "batch", "none"):
+        raise ValueError(f"scale must be True/False or one of 'group', 'batch', 'none'; got {scale!r}")
     rewards = _as_float(rewards, "rewards")
     if rewards.dim() not in (1, 2):
         raise ValueError(f"rewards must be (N,) or (N, K), got shape {tuple(rewards.shape)}")
@@ -80,11 +112,26 @@ def group_normalize(rewards, group_size: int, scale: bool = True, eps: float = 1
     count = present.sum(dim=1, keepdim=True)
     filled = torch.where(present, grouped, torch.zeros_like(grouped))
     mean = filled.sum(dim=1, keepdim=True) / count.clamp(min=1)
-    centred = torch.where(present, grouped - mean, torch.zeros_like(grouped))
-    if scale:
+    highest = torch.where(present, grouped, torch.full_like(grouped, -float("inf"))).amax(dim=1, keepdim=True)
+    lowest = torch.where(present, grouped, torch.full_like(grouped, float("inf"))).amin(dim=1, keepdim=True)
+    constant = highest <= lowest  # also true for groups with no present value
+    centred = torch.where(present & ~constant, grouped - mean, torch.zeros_like(grouped))
+    if scale == "group":
         variance = (centred**2).sum(dim=1, keepdim=True) / (count - 1).clamp(min=1)
         centred = centred / (variance.sqrt() + eps)
+    elif scale == "batch":
+        centred = centred / (_column_std(rewards).reshape(1, 1, *rewards.shape[1:]) + eps)
     return centred.reshape(rewards.shape)
+
+
+def _column_std(values: torch.Tensor) -> torch.Tensor:
+    """Sample std of each column over all rows (NaN excluded), computed around the exact column mean: (K,) or ()."""
+    present = ~torch.isnan(values)
+    count = present.sum(dim=0)
+    filled = torch.where(present, values, torch.zeros_like(values))
+    mean = filled.sum(dim=0) / count.clamp(min=1)
+    squares = torch.where(present, (values - mean) ** 2, torch.zeros_like(values)).sum(dim=0)
+    return (squares / (count - 1).clamp(min=1)).sqrt()
 
 
 def zero_advantage_groups(advantages, group_size: int, atol: float = 1e-8) -> torch.Tensor:
@@ -95,7 +142,8 @@ def zero_advantage_groups(advantages, group_size: int, atol: float = 1e-8) -> to
     return (flat.abs() <= atol).all(dim=1)
 
 
-def sparse_outcome_advantages(outcome, group_size: int, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
+@register_advantage_estimator("grpo")
+def sparse_outcome_advantages(outcome, group_size: int, scale: bool | str = True, eps: float = 1e-4) -> torch.Tensor:
     """Plain GRPO on the outcome reward (the sparse-reward baseline, PPM §5.1 / App. A.1)."""
     outcome = _as_float(outcome, "outcome")
     if outcome.dim() != 1:
@@ -142,7 +190,8 @@ def ppm_segment_rewards(progress, outcome=None, add_outcome: bool = True, valid=
     return _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome, outcome_weight)
 
 
-def ppm_segment_advantages(progress, outcome, group_size: int, add_outcome: bool = True, scale: bool = False,
+@register_advantage_estimator("ppm_segment")
+def ppm_segment_advantages(progress, outcome, group_size: int, add_outcome: bool = True, scale: bool | str = False,
                            eps: float = 1e-4, valid=None, outcome_weight: float = 1.0) -> torch.Tensor:
     """(N, K) segment-level PPM advantages: `ppm_segment_rewards` normalised per group and segment index.
 
@@ -180,7 +229,8 @@ def ppm_trajectory_rewards(progress, outcome=None, add_outcome: bool = True, val
     return final
 
 
-def ppm_trajectory_advantages(progress, outcome, group_size: int, add_outcome: bool = True, scale: bool = False,
+@register_advantage_estimator("ppm_trajectory")
+def ppm_trajectory_advantages(progress, outcome, group_size: int, add_outcome: bool = True, scale: bool | str = False,
                               eps: float = 1e-4, valid=None, outcome_weight: float = 1.0) -> torch.Tensor:
     """Trajectory-level PPM (App. A eq. 9): one reward φ/n (+ outcome) per completion, group-normalised and, for
     (N, K) progress, broadcast to all K segments; (N,) progress gives (N,) advantages."""
@@ -225,7 +275,8 @@ def process_reward_rewards(chunk_scores, outcome=None, add_outcome: bool = True,
     return _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome, outcome_weight)
 
 
-def process_reward_advantages(chunk_scores, outcome, group_size: int, add_outcome: bool = True, scale: bool = False,
+@register_advantage_estimator("process_reward")
+def process_reward_advantages(chunk_scores, outcome, group_size: int, add_outcome: bool = True, scale: bool | str = False,
                               eps: float = 1e-4, valid=None, outcome_weight: float = 1.0) -> torch.Tensor:
     """(N, K) advantages of the process-reward baseline: `process_reward_rewards` normalised per segment index."""
     rewards = process_reward_rewards(chunk_scores, outcome, add_outcome=add_outcome, valid=valid,
@@ -280,6 +331,7 @@ def papo_components(outcome, process, group_size: int, process_norm: str = "corr
     return a_out, a_proc
 
 
+@register_advantage_estimator("papo")
 def papo_advantages(outcome, process, group_size: int, lam: float = 1.0, process_norm: str = "correct_subset",
                     combine: str = "decoupled", eps: float = 1e-6) -> torch.Tensor:
     """(N,) PAPO advantage A = A_out + λ·A_proc (PAPO §4.1).

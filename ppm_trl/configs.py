@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .advantages import COMBINES, PROCESS_NORMS
+
 PROGRESS_MODES = ("ppm", "exact_order", "process_reward")
 SEGMENTATIONS = ("equal_chunks", "turns")
 GRANULARITIES = ("segment", "trajectory")
-PROCESS_NORMS = ("correct_subset", "full")
-COMBINES = ("decoupled", "multiplicative")
 RUBRICS = ("three_tier", "five_tier")
 ARG_MODES = ("arg", "reference_insertion", "resampling")
 
@@ -22,6 +22,12 @@ ARG_MODES = ("arg", "reference_insertion", "resampling")
 def _check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not supported; accepted values: {', '.join(map(str, choices))}")
+
+
+def _refuse_normalize_then_sum(config, method: str, why: str) -> None:
+    if config.multi_objective_aggregation == "normalize_then_sum":
+        raise ValueError(f"{method} does not support multi_objective_aggregation='normalize_then_sum': {why}. "
+                         "Use the default 'sum_then_normalize'.")
 
 
 @dataclass
@@ -147,6 +153,37 @@ class PPMConfig(GRPOConfig, JudgeArguments):
         if self.progress_mode != "ppm" and self.shortcutting:
             # The baselines are defined without shortcutting (paper App. B.1).
             self.shortcutting = False
+        if self.granularity == "trajectory" and self.progress_mode == "process_reward":
+            raise ValueError("granularity='trajectory' with progress_mode='process_reward' is not an estimator: the "
+                             "process-reward baseline (App. B.1) scores each chunk alone, so it is segment-level only")
+        _refuse_normalize_then_sum(self, "PPM", "the weighted outcome reward is added to every segment's progress "
+                                   "reward before the per-segment group normalisation")
+        if self.granularity == "segment":
+            # These TRL options decide per sequence from the sign or the sum of its advantage; segment advantages
+            # differ from token to token inside one completion, so the decision would be taken per token instead.
+            per_sequence = {
+                "off_policy_mask_threshold": (self.off_policy_mask_threshold is not None,
+                                              "drops a sequence when its advantage is negative and its KL is high"),
+                "loss_type='vespo'": (self.loss_type == "vespo",
+                                      "picks its sequence weight from the sign of the sequence's advantage"),
+                "loss_type='luspo'": (self.loss_type == "luspo",
+                                      "scales one sequence-level ratio by the sequence's advantage"),
+                "importance_sampling_level='sequence'": (self.importance_sampling_level == "sequence",
+                                                         "(GSPO) clips one sequence-level ratio by the sign of the "
+                                                         "sequence's advantage"),
+            }
+            for option, (chosen, why) in per_sequence.items():
+                if chosen:
+                    raise ValueError(f"PPM with granularity='segment' does not support {option}: it {why}, while "
+                                     "segment advantages change sign inside a completion. Use granularity='trajectory' "
+                                     "(one advantage per completion) or leave the option at its default.")
+
+    @property
+    def advantage_estimator(self) -> str:
+        """Name of the `ppm_trl.advantages` estimator these settings select (granularity × progress mode)."""
+        if self.progress_mode == "process_reward":
+            return "process_reward"
+        return "ppm_segment" if self.granularity == "segment" else "ppm_trajectory"
 
 
 @dataclass
@@ -184,6 +221,8 @@ class PAPOConfig(GRPOConfig, JudgeArguments):
         _check_choice("combine", self.combine, COMBINES)
         _check_choice("rubric", self.rubric, RUBRICS)
         _check_choice("process_scorer", self.process_scorer, ("programmatic", "judge"))
+        _refuse_normalize_then_sum(self, "PAPO", "its outcome is the binary 1[weighted outcome ≥ correct_threshold] "
+                                   "of the summed rewards, normalised once by A_out")
 
 
 @dataclass

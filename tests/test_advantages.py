@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from ppm_trl.advantages import (
+    ADVANTAGE_ESTIMATORS,
     exact_order_progress,
+    get_advantage_estimator,
     group_normalize,
     papo_advantages,
     papo_components,
@@ -20,6 +22,7 @@ from ppm_trl.advantages import (
     ppm_segment_rewards,
     ppm_trajectory_advantages,
     process_reward_advantages,
+    register_advantage_estimator,
     sparse_outcome_advantages,
     zero_advantage_groups,
 )
@@ -321,3 +324,81 @@ def test_papo_group_stats():
     assert stats.process_missing_fraction == pytest.approx(1 / 3)  # row 4 is correct but unjudged
     assert set(stats.to_dict()) >= {"papo/zero_advantage_fraction", "papo/correct_min_advantage"}
     assert math.isnan(papo_group_stats(torch.zeros(2), torch.full((2,), NAN), 2).correct_min_advantage)
+
+
+# ------------------------------------------------------------------------ float residue of identical rewards
+def _fractions(max_n: int = 10):
+    return [(j, n) for n in range(1, max_n + 1) for j in range(n + 1)]
+
+
+@pytest.mark.parametrize("group_size", [4, 8, 16])
+def test_identical_rewards_give_exact_zero_advantages_for_every_fraction(group_size):
+    # float32 mean of 16 copies of 3/5 + 1 is off by an ulp (~1.2e-7): before the fix 24 of these groups kept
+    # nonzero advantages and escaped the zero-advantage filter (atol 1e-8).
+    escaped = []
+    for j, n in _fractions():
+        progress = torch.full((group_size, 4), j / n, dtype=torch.float32)
+        advantages = ppm_segment_advantages(progress, torch.ones(group_size), group_size)
+        if not bool(zero_advantage_groups(advantages, group_size).all()) or advantages.abs().max() != 0:
+            escaped.append(f"{j}/{n}")
+    assert escaped == []
+
+
+def test_identical_rewards_with_nan_and_both_dtypes_are_exactly_zero():
+    for dtype in (torch.float32, torch.float64):
+        rewards = torch.tensor([0.7, NAN, 0.7, 0.7, 0.1, 0.3, 0.3, 0.3], dtype=dtype)
+        out = group_normalize(rewards + 1 / 3, 4)
+        assert out[:4].tolist() == [0.0, 0.0, 0.0, 0.0]
+        assert out[4] < 0 < out[5]  # a group that differs still does
+
+
+@pytest.mark.parametrize("j,n", _fractions())
+def test_papo_identical_process_scores_have_no_process_advantage(j, n):
+    # G = 16 correct responses, every process score 3/5: A_proc was ±0.056·λ (std + 1e-6 on a float residue).
+    outcome, process = torch.ones(16), torch.full((16,), j / n)
+    a_out, a_proc = papo_components(outcome, process, 16)
+    assert a_proc.abs().max() == 0 and a_out.abs().max() == 0
+    assert papo_advantages(outcome, process, 16, lam=10.0).abs().max() == 0
+
+
+# ------------------------------------------------------------------------------------ TRL's scale_rewards
+def test_batch_scale_divides_the_group_centred_rewards_by_the_column_std():
+    rewards = torch.tensor([[1.0, 2.0], [0.0, 2.0], [0.0, 2.0], [0.0, 2.0],
+                            [1.0, 0.0], [1.0, 2.0], [1.0, 2.0], [0.0, 2.0]])
+    out = group_normalize(rewards, 4, scale="batch", eps=0.0)
+    # Column 0: group means .25 and .75 → centred [.75, -.25, -.25, -.25, .25, .25, .25, -.75]; the batch std of
+    # [1,0,0,0,1,1,1,0] is sqrt(8·.25/7) = sqrt(2/7). Column 1: group 1 constant → 0; group 2 mean 1.5 →
+    # [-1.5, .5, .5, .5]; batch values [2]*5+[0]+[2]*2: mean 1.75, var (7·.0625 + 3.0625)/7 = .5, std sqrt(.5).
+    std0, std1 = math.sqrt(2 / 7), math.sqrt(0.5)
+    expected = [[0.75 / std0, 0], [-0.25 / std0, 0], [-0.25 / std0, 0], [-0.25 / std0, 0],
+                [0.25 / std0, -1.5 / std1], [0.25 / std0, 0.5 / std1], [0.25 / std0, 0.5 / std1],
+                [-0.75 / std0, 0.5 / std1]]
+    close(out, expected)
+    close(group_normalize(rewards, 4, scale="none"), group_normalize(rewards, 4, scale=False))
+    close(group_normalize(rewards, 4, scale="group"), group_normalize(rewards, 4, scale=True))
+    with pytest.raises(ValueError, match="scale"):
+        group_normalize(rewards, 4, scale="per-token")
+
+
+def test_ppm_estimators_accept_trl_scale_rewards_strings():
+    progress = torch.tensor([[0.5, 1.0], [0.0, 0.5], [0.5, 0.5], [0.0, 0.0]])
+    outcome = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    rewards = ppm_segment_rewards(progress, outcome)
+    close(ppm_segment_advantages(progress, outcome, 2, scale="batch", eps=0.0),
+          group_normalize(rewards, 2, scale="batch", eps=0.0))
+    assert not torch.allclose(ppm_segment_advantages(progress, outcome, 2, scale="batch"),
+                              ppm_segment_advantages(progress, outcome, 2, scale="group"))
+
+
+# ------------------------------------------------------------------------------------------------ registry
+def test_estimator_registry_names_and_unknown_name():
+    assert get_advantage_estimator("ppm_segment") is ppm_segment_advantages
+    assert get_advantage_estimator("ppm_trajectory") is ppm_trajectory_advantages
+    assert get_advantage_estimator("process_reward") is process_reward_advantages
+    assert get_advantage_estimator("papo") is papo_advantages
+    assert get_advantage_estimator("grpo") is sparse_outcome_advantages
+    with pytest.raises(ValueError, match="unknown advantage estimator 'ppm_segmnet'; registered: grpo, papo"):
+        get_advantage_estimator("ppm_segmnet")
+    with pytest.raises(ValueError, match="already registered"):
+        register_advantage_estimator("papo")(lambda *a: None)
+    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "papo", "ppm_segment", "ppm_trajectory", "process_reward"}

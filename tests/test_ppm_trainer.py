@@ -142,7 +142,7 @@ def test_unscorable_completion_gets_zero_advantage(tmp_path):
 @pytest.mark.parametrize(
     "loss_type,extra",
     [("grpo", {}), ("dapo", {}), ("bnpo", {}), ("dr_grpo", {}), ("cispo", {}), ("sapo", {}),
-     ("grpo", {"importance_sampling_level": "sequence"}),  # GSPO
+     ("grpo", {"importance_sampling_level": "sequence", "granularity": "trajectory"}),  # GSPO: one advantage/row
      ("dapo", {"steps_per_generation": 2, "num_iterations": 2})],
 )
 def test_every_loss_type_trains_on_token_advantages(tmp_path, loss_type, extra):
@@ -158,3 +158,82 @@ def test_every_loss_type_trains_on_token_advantages(tmp_path, loss_type, extra):
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     assert losses and all(math.isfinite(float(v)) for v in losses)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_identical_progress_groups_are_filtered_from_the_loss(tmp_path):
+    # G = 8 identical completions with progress 3/5 everywhere: the float32 group mean of 3/5 + outcome is off by an
+    # ulp, which escaped the zero-advantage filter before (rows stayed in the loss and in num_items_in_batch).
+    dataset = make_dataset("multi_countdown", 1, 1, seed=3)
+    trainer = _trainer(tmp_path, dataset, num_generations=8, max_steps=1)
+    trainer.progress_scorer = lambda rows, texts: torch.full((len(rows), K), 3 / 5)
+    script_generation(trainer, lambda prompt, index: "same text for every row")
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    out = outputs[0]
+    assert torch.all(out["advantages"] == 0)
+    assert out["completion_mask"].sum() == 0 and int(out["num_items_in_batch"]) == 0
+    logged = next(log for log in trainer.state.log_history if "ppm/frac_rows_filtered" in log)
+    assert logged["ppm/frac_rows_filtered"] == 1.0 and logged["ppm/frac_groups_nonzero_advantage"] == 0.0
+
+
+def test_unscorable_outcome_is_counted(tmp_path):
+    dataset = make_dataset("multi_countdown", 1, 2, seed=1)
+
+    def outcome(completions, **kwargs):  # the verifier cannot read the first completion of each group
+        return [None if i % G == 0 else 1.0 for i in range(len(completions))]
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    args = PPMConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=G,
+                     max_completion_length=BUDGET, num_segments=K, max_steps=1, filter_zero_advantage_groups=False,
+                     **TINY_ARGS)
+    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=outcome, args=args,
+                             train_dataset=dataset)
+    trainer.progress_scorer = lambda rows, texts: torch.full((len(rows), K), 0.5)
+    script_generation(trainer, lambda prompt, index: "w" * (5 + index))
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    logged = next(log for log in trainer.state.log_history if "ppm/unscorable_frac" in log)
+    assert logged["ppm/outcome_unscorable_frac"] == 0.25 and logged["ppm/unscorable_frac"] == 0.25
+    assert torch.all(outputs[0]["advantages"][0] == 0)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [{"loss_type": "vespo"}, {"off_policy_mask_threshold": 0.5}, {"importance_sampling_level": "sequence"},
+     {"loss_type": "luspo", "importance_sampling_level": "sequence"}],
+)
+def test_sequence_level_options_are_refused_with_segment_advantages(tmp_path, option):
+    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, **TINY_ARGS)
+    with pytest.raises(ValueError, match="granularity='segment' does not support .*change sign inside a completion"):
+        PPMConfig(**settings, **option)
+    PPMConfig(**settings, granularity="trajectory", **option)  # one advantage per completion: well defined
+
+
+def test_config_refuses_undefined_estimators_and_aggregation(tmp_path):
+    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, **TINY_ARGS)
+    with pytest.raises(ValueError, match="progress_mode='process_reward' is not an estimator"):
+        PPMConfig(**settings, granularity="trajectory", progress_mode="process_reward")
+    with pytest.raises(ValueError, match="PPM does not support multi_objective_aggregation='normalize_then_sum'"):
+        PPMConfig(**settings, multi_objective_aggregation="normalize_then_sum")
+    names = {(g, m): PPMConfig(**settings, granularity=g, progress_mode=m).advantage_estimator
+             for g, m in [("segment", "ppm"), ("segment", "exact_order"), ("segment", "process_reward"),
+                          ("trajectory", "ppm"), ("trajectory", "exact_order")]}
+    assert names == {("segment", "ppm"): "ppm_segment", ("segment", "exact_order"): "ppm_segment",
+                     ("segment", "process_reward"): "process_reward", ("trajectory", "ppm"): "ppm_trajectory",
+                     ("trajectory", "exact_order"): "ppm_trajectory"}
+
+
+def test_batch_scale_rewards_reaches_the_estimator(tmp_path):
+    dataset = make_dataset("multi_countdown", 1, 2, seed=2)
+    trainer = _trainer(tmp_path, dataset, scale_rewards="batch", filter_zero_advantage_groups=False, max_steps=1)
+    progress = torch.rand(8, K, generator=torch.Generator().manual_seed(1))
+    trainer.progress_scorer = lambda rows, texts: progress[: len(rows)]
+    script_generation(trainer, lambda prompt, index: "v" * 70)  # every segment valid
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    from ppm_trl.advantages import ppm_segment_advantages
+
+    expected = ppm_segment_advantages(progress, trainer._ppm_outcome.cpu(), G, scale="batch")
+    tokens = outputs[0]["advantages"][:, :16]  # segment 1 = tokens 0..15 of the 64-token budget
+    assert torch.allclose(tokens, expected[:, :1].expand(-1, 16), atol=1e-6)
+    assert not torch.allclose(expected, ppm_segment_advantages(progress, trainer._ppm_outcome.cpu(), G, scale="group"))

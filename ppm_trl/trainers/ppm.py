@@ -15,12 +15,7 @@ import textwrap
 import torch
 from trl import GRPOTrainer
 
-from ..advantages import (
-    ppm_segment_advantages,
-    ppm_trajectory_advantages,
-    process_reward_advantages,
-    zero_advantage_groups,
-)
+from ..advantages import get_advantage_estimator, zero_advantage_groups
 from ..configs import PPMConfig
 from ..scorers import ProgressScorer, build_progress_scorer, reasoning_graph_of
 from ..segments import (
@@ -156,14 +151,10 @@ class PPMGRPOTrainer(GRPOTrainer):
 
     def _segment_advantages(self) -> torch.Tensor:
         args = self.args
-        estimator = {
-            ("segment", "ppm"): ppm_segment_advantages,
-            ("segment", "exact_order"): ppm_segment_advantages,
-            ("segment", "process_reward"): process_reward_advantages,
-        }.get((args.granularity, args.progress_mode), ppm_trajectory_advantages)
+        estimator = get_advantage_estimator(args.advantage_estimator)
         return estimator(
             self._ppm_progress, self._ppm_outcome, self.num_generations, add_outcome=args.add_outcome_reward,
-            scale=args.scale_rewards != "none", valid=self._ppm_valid, outcome_weight=args.outcome_weight,
+            scale=args.scale_rewards, valid=self._ppm_valid, outcome_weight=args.outcome_weight,
         )
 
     def _segment_ids(self, output) -> torch.Tensor:
@@ -174,12 +165,16 @@ class PPMGRPOTrainer(GRPOTrainer):
 
     def _log_ppm(self, advantages: torch.Tensor, dropped: torch.Tensor) -> None:
         progress, valid = self._ppm_progress, self._ppm_valid
-        scorable = ~torch.isnan(progress).any(dim=1)
+        measured = ~torch.isnan(progress).any(dim=1)
+        # A NaN outcome (every reward function returned None) makes the row's advantage 0 as well when the outcome
+        # enters the reward: such rows are unscorable too, and counted on their own.
+        outcome_unscorable = torch.isnan(self._ppm_outcome.to(progress.device)) & self.args.add_outcome_reward
         monotone = torch.cummax(torch.nan_to_num(progress) * valid, dim=1).values
         for k in range(progress.shape[1]):
-            log_metric(self, f"ppm/progress_segment_{k + 1}", monotone[scorable, k].mean().nan_to_num().item())
-        log_metric(self, "ppm/final_progress", monotone[scorable, -1].mean().nan_to_num().item())
-        log_metric(self, "ppm/unscorable_frac", (~scorable).float().mean().item())
+            log_metric(self, f"ppm/progress_segment_{k + 1}", monotone[measured, k].mean().nan_to_num().item())
+        log_metric(self, "ppm/final_progress", monotone[measured, -1].mean().nan_to_num().item())
+        log_metric(self, "ppm/unscorable_frac", (~measured | outcome_unscorable).float().mean().item())
+        log_metric(self, "ppm/outcome_unscorable_frac", outcome_unscorable.float().mean().item())
         groups = advantages.view(-1, self.num_generations, advantages.shape[1])
         log_metric(self, "ppm/frac_groups_nonzero_advantage", (groups.abs().amax(dim=(1, 2)) > 1e-8).float().mean())
         log_metric(self, "ppm/frac_rows_filtered", dropped.float().mean().item())
