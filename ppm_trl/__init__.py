@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import importlib
 
+from .methods import METHODS
+
 __version__ = "0.1.0"
 
+# Every registered method's trainer and config (ppm_trl.methods), then the other public names.
 _LAZY = {
-    "PPMGRPOTrainer": "ppm_trl.trainers.ppm",
-    "PAPOTrainer": "ppm_trl.trainers.papo",
-    "ARGTrainer": "ppm_trl.trainers.arg",
-    "PPMConfig": "ppm_trl.configs",
-    "PAPOConfig": "ppm_trl.configs",
-    "ARGConfig": "ppm_trl.configs",
+    **{path.split(":")[1]: path.split(":")[0] for method in METHODS.values() if not method.config.startswith("trl:")
+       for path in (method.trainer, method.config)},
     "LiteLLMJudge": "ppm_trl.judge",
     "ReasoningGraph": "ppm_trl.points",
     "PrefixSelector": "ppm_trl.arg",
