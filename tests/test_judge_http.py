@@ -1,7 +1,9 @@
-"""The `openai_http` transport's HTTP/1.1 client (ppm_trl/judge/http.py) and the batched cache writer.
+"""The `openai_http` transport (aiohttp) against small raw-socket servers, and the batched cache writer.
 
-Unit tests feed the response parser bytes directly; the rest talk to small raw-socket servers defined here, which
-send exactly the bytes a test needs (chunked bodies, `Connection: close`, a close in the middle of an answer ...).
+The raw servers defined here send exactly the bytes a test needs (chunked and gzip bodies, `Connection: close`, a
+close in the middle of an answer, a redirect ...), so each test pins one behaviour of the transport as the judge
+relies on it: connections are reused, failures are retryable errors, redirects are not followed, nothing a caller
+passes can smuggle a header in, and the key never appears in an error.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import os
 import shutil
 import ssl
 import subprocess
-import zlib
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before LiteLLM is imported: no network
 
@@ -22,108 +23,31 @@ import pytest  # noqa: E402
 from judge_server import JudgeServer, scripted_judge  # noqa: E402
 
 from ppm_trl.judge import LiteLLMJudge  # noqa: E402
-from ppm_trl.judge.cache import CacheWriter, ResponseCache  # noqa: E402
-from ppm_trl.judge.http import ConnectionPool, ProtocolError, _ResponseParser, header_lines  # noqa: E402
+from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint, request_key  # noqa: E402
+from ppm_trl.judge.client import _classify  # noqa: E402
 from ppm_trl.judge.transport import HTTPStatusError, OpenAIHTTPTransport  # noqa: E402
 
 POINTS = ['The solution contains "alpha".', 'The solution contains "beta".', 'The solution contains "gamma".']
 FAST = dict(timeout=5.0, backoff_base=0.005, backoff_max=0.02, transport="openai_http")
+KEY = "sk-loopback-dummy-key"
+MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(autouse=True)
 def dummy_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
 
 
-# ------------------------------------------------------------------------------------------------ parser
-def parse(*pieces: bytes, eof: bool = False) -> _ResponseParser:
-    parser = _ResponseParser()
-    for piece in pieces:
-        parser.feed(piece)
-    if eof:
-        parser.feed_eof()
-    return parser
-
-
-def bytewise(data: bytes) -> list[bytes]:
-    return [data[i : i + 1] for i in range(len(data))]
-
-
-def test_content_length_body_in_any_split():
-    raw = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"
-    for pieces in ([raw], bytewise(raw), [raw[:20], raw[20:60], raw[60:]]):
-        parser = parse(*pieces)
-        assert parser.complete and parser.status == 200 and parser.body() == b'{"a":1}'
-        assert parser.keep_alive and not parser.leftover
-        assert parser.headers["Content-Type"] == "application/json" and parser.fields["content-length"] == "7"
-
-
-def test_chunked_body_with_extensions_and_trailers():
-    raw = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-           b"4;name=value\r\n{\"a\"\r\n3\r\n:12\r\nA\r\n3456789012\r\n1\r\n}\r\n0\r\nX-Trailer: yes\r\n\r\n")
-    for pieces in ([raw], bytewise(raw)):
-        parser = parse(*pieces)
-        assert parser.complete and parser.body() == b'{"a":123456789012}' and parser.keep_alive
-    assert not parse(raw[:-2]).complete  # the empty line after the trailers ends the answer
-
-
-def test_body_until_close_interim_answers_and_empty_bodies():
-    until_close = parse(b"HTTP/1.1 200 OK\r\n\r\npart one, ", b"part two", eof=True)
-    assert until_close.complete and until_close.body() == b"part one, part two" and not until_close.keep_alive
-    interim = parse(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-    assert interim.complete and interim.status == 200 and interim.body() == b"ok" and "Link" not in interim.headers
-    empty = parse(b"HTTP/1.1 204 No Content\r\n\r\n")
-    assert empty.complete and empty.body() == b""
-    truncated = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", eof=True)
-    assert not truncated.complete
-
-
-@pytest.mark.parametrize(("head", "keep_alive"), [
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", True),
-    (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", False),
-    (b"HTTP/1.1 200 OK\r\nConnection: Upgrade, Close\r\nContent-Length: 0\r\n\r\n", False),
-    (b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", False),
-    (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n", True),
-    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n", False),  # RFC 9112 6.3
-])
-def test_keep_alive_decision(head, keep_alive):
-    parser = parse(head)
-    assert parser.complete and parser.keep_alive is keep_alive
-
-
-def test_leftover_bytes_mark_the_connection_out_of_step():
-    parser = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA")
-    assert parser.complete and parser.body() == b"ok" and parser.leftover
-
-
-@pytest.mark.parametrize("raw", [
-    b"SSH-2.0-OpenSSH\r\n\r\n",
-    b"HTTP/1.1 2x0 OK\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nbad header line\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1_0\r\n",
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\n",
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n",
-    b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
-    b"HTTP/1.1 200 OK\r\nX-Big: " + b"x" * 70_000,
-])
-def test_malformed_responses_raise_protocol_error(raw):
-    with pytest.raises(ProtocolError):
-        parse(raw)
-
-
-def test_header_lines_refuse_framing_and_injection():
-    assert header_lines({"X-Id": "7", "Authorization": "Bearer k"}) == b"X-Id: 7\r\nAuthorization: Bearer k\r\n"
-    for bad in ({"X-A": "1\r\nX-Injected: 2"}, {"Bad Name": "1"}, {"Content-Length": "3"}, {"Connection": "close"},
+def test_bad_headers_and_urls_are_refused_when_the_judge_is_built():
+    for bad in ({"X-A": "1\r\nX-Injected: 2"}, {"X-A": "1\nHost: evil"}, {"X-A": "a\0b"}, {"Bad Name": "1"},
+                {"Content-Length": "3"}, {"Connection": "close"}, {"Transfer-Encoding": "chunked"}, {"Host": "evil"},
                 {"X-A": "caf\u20ac"}):
-        with pytest.raises(ValueError):
-            header_lines(bad)
-    with pytest.raises(ValueError, match="header"):  # refused when the judge is built, not at its first request
-        LiteLLMJudge("openai/x", api_base="http://127.0.0.1:1/v1", transport="openai_http",
-                     extra_headers={"X-Trace": "a\r\nHost: evil"})
+        with pytest.raises(ValueError, match="extra_headers"):
+            LiteLLMJudge("openai/x", api_base="http://127.0.0.1:1/v1", transport="openai_http", extra_headers=bad)
+    secret_header = {"X-A": "1\r\nsk-header-SECRET-123"}
+    with pytest.raises(ValueError) as raised:
+        LiteLLMJudge("openai/x", api_base="http://127.0.0.1:1/v1", transport="openai_http", extra_headers=secret_header)
+    assert "SECRET" not in str(raised.value)  # a value may be a key: never quoted
     with pytest.raises(ValueError, match="credentials"):
         OpenAIHTTPTransport("openai/x", "http://user:pw@127.0.0.1:1/v1", 5.0, None, {})
     with pytest.raises(ValueError, match="http"):
@@ -186,44 +110,66 @@ def ok(body: bytes = b'{"ok": true}', extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
 
+def completion(content: str) -> bytes:
+    return json.dumps({"choices": [{"message": {"content": content}}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+
+
 def run(coroutine):
     return asyncio.run(asyncio.wait_for(coroutine, 30))
 
 
+def api_base(server: RawServer, scheme: str = "http", host: str = "127.0.0.1") -> str:
+    return server.url(scheme, host).rsplit("/chat/completions", 1)[0]
+
+
 def test_keep_alive_connections_are_reused():
     async def scenario():
-        async with RawServer(lambda n, body: ok(b'{"n": %d}' % n)) as server:
-            pool = ConnectionPool(server.url(), {"X-Extra": "1"})
-            answers = [await pool.post(b'{"q": %d}' % i, 5.0, {"Authorization": "Bearer k"}) for i in range(5)]
-            concurrent = await asyncio.gather(*(pool.post(b"{}", 5.0) for _ in range(4)))
-            pool.close()
+        async with RawServer(lambda n, body: ok(completion(f"answer {n}"))) as server:
+            transport = OpenAIHTTPTransport("openai/x", api_base(server), 5.0, None, {"extra_headers": {"X-Extra": "1"}})
+            answers = [await transport.send(MESSAGES, 0.0) for _ in range(5)]
+            concurrent = await asyncio.gather(*(transport.send(MESSAGES, 0.0) for _ in range(4)))
+            await transport.aclose()
             return server, answers, concurrent
 
     server, answers, concurrent = run(scenario())
-    assert [json.loads(a.body)["n"] for a in answers] == [1, 2, 3, 4, 5]
-    assert all(a.status == 200 for a in answers + concurrent)
+    assert [a.text for a in answers] == [f"answer {n}" for n in range(1, 6)]
+    assert all(a.text.startswith("answer") for a in concurrent) and answers[0].prompt_tokens == 3
     assert server.connections == 4  # 1 for the sequential requests, reused; 3 more for the concurrent burst
     line, headers, body = server.requests[0]
-    assert line == "POST /v1/chat/completions HTTP/1.1" and body == b'{"q": 0}'
+    assert line == "POST /v1/chat/completions HTTP/1.1"
+    assert json.loads(body) == {"model": "x", "messages": MESSAGES, "temperature": 0.0}
     assert headers["host"] == f"127.0.0.1:{server.port}" and headers["content-type"] == "application/json"
-    assert headers["authorization"] == "Bearer k" and headers["x-extra"] == "1"
+    assert headers["authorization"] == f"Bearer {KEY}" and headers["x-extra"] == "1"
+
+
+def test_connections_are_bounded_by_max_concurrency():
+    async def scenario():
+        async with RawServer(lambda n, body: ok(completion("x"))) as server:
+            transport = OpenAIHTTPTransport("openai/x", api_base(server), 5.0, None, {}, max_concurrency=2)
+            await asyncio.gather(*(transport.send(MESSAGES, 0.0) for _ in range(8)))
+            await transport.aclose()
+            return server.connections
+
+    assert run(scenario()) == 2
 
 
 def test_connection_close_and_http10_are_not_reused():
     async def scenario(answer, close_after):
         async with RawServer(answer, close_after=close_after) as server:
-            pool = ConnectionPool(server.url(), {})
+            transport = OpenAIHTTPTransport("openai/x", api_base(server), 5.0, None, {})
             for _ in range(3):
-                assert (await pool.post(b"{}", 5.0)).body == b'{"ok": true}'
+                assert (await transport.send(MESSAGES, 0.0)).text == "x"
+            await transport.aclose()
             return server.connections
 
-    assert run(scenario(lambda n, body: ok(extra=b"Connection: close\r\n"), True)) == 3
-    assert run(scenario(lambda n, body: b"HTTP/1.0 200 OK\r\n\r\n" + b'{"ok": true}', True)) == 3  # body ends at close
-    assert run(scenario(lambda n, body: ok(extra=b"Connection: close\r\n"), False)) == 3  # even if the server lingers
+    assert run(scenario(lambda n, body: ok(completion("x"), b"Connection: close\r\n"), True)) == 3
+    assert run(scenario(lambda n, body: b"HTTP/1.0 200 OK\r\n\r\n" + completion("x"), True)) == 3  # ends at close
+    assert run(scenario(lambda n, body: ok(completion("x"), b"Connection: close\r\n"), False)) == 3  # server lingers
 
 
 def test_chunked_and_gzip_answers():
-    payload = json.dumps({"choices": [{"message": {"content": "x" * 5000}}]}).encode()
+    payload = completion("x" * 5000)
 
     def chunked(n, body):
         data = gzip.compress(payload) if n == 2 else payload
@@ -234,75 +180,74 @@ def test_chunked_and_gzip_answers():
 
     async def scenario():
         async with RawServer(chunked) as server:
-            pool = ConnectionPool(server.url(), {})
-            answers = [await pool.post(b"{}", 5.0) for _ in range(3)]
+            transport = OpenAIHTTPTransport("openai/x", api_base(server), 5.0, None, {})
+            answers = [await transport.send(MESSAGES, 0.0) for _ in range(3)]
+            await transport.aclose()
             return server.connections, answers
 
     connections, answers = run(scenario())
-    assert [a.body for a in answers] == [payload] * 3 and connections == 1
+    assert [a.text for a in answers] == ["x" * 5000] * 3 and connections == 1
 
 
-def test_deflate_bodies_zlib_wrapped_or_raw():
-    from ppm_trl.judge.http import _decode
-
-    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
-    assert _decode(zlib.compress(b"abc"), "deflate") == _decode(raw.compress(b"abc") + raw.flush(), "Deflate") == b"abc"
-    assert _decode(b"abc", None) == _decode(b"abc", "identity") == b"abc"
-    for body, coding in ((b"not gzip", "gzip"), (b"abc", "br")):
-        with pytest.raises(ProtocolError):
-            _decode(body, coding)
-
-
-def test_server_closing_idle_connection_is_noticed():
-    async def scenario():
-        async with RawServer(lambda n, body: ok()) as server:
-            pool = ConnectionPool(server.url(), {})
-            await pool.post(b"{}", 5.0)
-            for writer in server.writers:  # the server's keep-alive timeout fires
-                writer.close()
-            await asyncio.sleep(0.05)
-            answer = await pool.post(b"{}", 5.0)
-            return server.connections, answer
-
-    connections, answer = run(scenario())
-    assert answer.status == 200 and connections == 2
-
-
-def test_close_mid_answer_timeout_and_refused_connection_raise_retryable_errors():
-    async def scenario():
-        cut_short = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial"
-        async with RawServer(lambda n, body: cut_short, close_after=True) as server:
-            pool = ConnectionPool(server.url(), {})
-            with pytest.raises(ConnectionResetError):
-                await pool.post(b"{}", 5.0)
-        async with RawServer(lambda n, body: None) as server:  # closes without a byte
-            with pytest.raises(ConnectionError):
-                await ConnectionPool(server.url(), {}).post(b"{}", 5.0)
-        async with RawServer(lambda n, body: b"HTTP/1.1 200 OK\r\n") as server:  # never finishes the head
-            pool = ConnectionPool(server.url(), {})
-            with pytest.raises(asyncio.TimeoutError):
-                await pool.post(b"{}", 0.2)
-            assert pool._idle == []  # a timed-out connection is never reused
-        port = server.port  # closed now: nothing listens there
-        with pytest.raises(ConnectionError, match="cannot connect"):
-            await ConnectionPool(f"http://127.0.0.1:{port}/v1/chat/completions", {}).post(b"{}", 5.0)
-
-    run(scenario())
-
-
-def test_error_status_carries_headers_for_retry_after():
-    answer = b'HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 9\r\n\r\n{"e": 42}'
+def test_failures_raise_retryable_errors():
+    async def failure(answer, timeout=5.0, close_after=True):
+        async with RawServer(answer, close_after=close_after) as server:
+            transport = OpenAIHTTPTransport("openai/x", api_base(server), timeout, None, {})
+            try:
+                await transport.send(MESSAGES, 0.0)
+            except Exception as error:  # noqa: BLE001 - the test looks at it
+                return error
+            finally:
+                await transport.aclose()
+        raise AssertionError("no error raised")
 
     async def scenario():
-        async with RawServer(lambda n, body: answer) as server:
-            transport = OpenAIHTTPTransport("openai/x", server.url().rsplit("/chat/completions", 1)[0], 5.0, None, {})
-            with pytest.raises(HTTPStatusError) as raised:
-                await transport.send([{"role": "user", "content": "hi"}], 0.0)
-            await transport.aclose()
-            return raised.value
+        errors = [
+            await failure(lambda n, body: b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial"),  # cut short
+            await failure(lambda n, body: None),  # closes without a byte
+            await failure(lambda n, body: b"HTTP/1.1 200 OK\r\n", timeout=0.2, close_after=False),  # never finishes
+            await failure(lambda n, body: b"SSH-2.0-OpenSSH\r\n\r\n"),  # not HTTP
+            await failure(lambda n, body: ok(b"not json")),
+        ]
+        async with RawServer(lambda n, body: None) as server:
+            port = server.port
+        transport = OpenAIHTTPTransport("openai/x", f"http://127.0.0.1:{port}/v1", 5.0, None, {})  # nothing listens
+        try:
+            await transport.send(MESSAGES, 0.0)
+        except Exception as error:  # noqa: BLE001
+            errors.append(error)
+        await transport.aclose()
+        return errors
 
-    error = run(scenario())
-    assert error.status_code == 429 and error.headers["Retry-After"] == "7" and "sk-loopback" not in str(error)
+    errors = run(scenario())
+    assert len(errors) == 6 and isinstance(errors[2], asyncio.TimeoutError)
+    assert [_classify(error) for error in errors] == ["retry"] * 6
+    assert all(KEY not in f"{error!r} {error}" for error in errors)
+
+
+def test_error_status_carries_headers_for_retry_after_and_redirects_are_not_followed():
+    answers = {
+        "/v1": b'HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Length: 9\r\n\r\n{"e": 42}',
+        "/moved": b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /v1/chat/completions\r\nContent-Length: 0\r\n\r\n",
+    }
+
+    async def scenario():
+        errors = {}
+        for path, answer in answers.items():
+            async with RawServer(lambda n, body, answer=answer: answer) as server:
+                transport = OpenAIHTTPTransport("openai/x", f"http://127.0.0.1:{server.port}{path}", 5.0, None, {})
+                with pytest.raises(HTTPStatusError) as raised:
+                    await transport.send(MESSAGES, 0.0)
+                await transport.aclose()
+                errors[path] = (raised.value, len(server.requests))
+        return errors
+
+    errors = run(scenario())
+    rate_limited, requests = errors["/v1"]
+    assert rate_limited.status_code == 429 and rate_limited.headers["Retry-After"] == "7" and requests == 1
+    assert KEY not in str(rate_limited)
+    redirected, requests = errors["/moved"]
+    assert redirected.status_code == 307 and requests == 1 and _classify(redirected) == "fail"  # not followed
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
@@ -315,20 +260,23 @@ def test_https_with_a_trusted_certificate(tmp_path, monkeypatch):
     context.load_cert_chain(certificate, key)
 
     async def scenario(trusted: bool):
-        async with RawServer(lambda n, body: ok(), ssl_context=context) as server:
-            pool = ConnectionPool(server.url("https", "localhost"), {})
-            if not trusted:
-                with pytest.raises(ConnectionError, match="cannot connect"):  # unverified certificate: refused
-                    await pool.post(b"{}", 5.0)
-                return None
-            answers = [await pool.post(b"{}", 5.0) for _ in range(2)]
-            pool.close()
-            return server.connections, answers
+        async with RawServer(lambda n, body: ok(completion("tls")), ssl_context=context) as server:
+            transport = OpenAIHTTPTransport("openai/x", api_base(server, "https", "localhost"), 5.0, None, {})
+            try:
+                if not trusted:
+                    with pytest.raises(Exception) as raised:  # unverified certificate: refused, retryable
+                        await transport.send(MESSAGES, 0.0)
+                    assert "certificate" in str(raised.value).lower() and _classify(raised.value) == "retry"
+                    return None
+                answers = [await transport.send(MESSAGES, 0.0) for _ in range(2)]
+                return server.connections, answers
+            finally:
+                await transport.aclose()
 
     run(scenario(trusted=False))
     monkeypatch.setenv("SSL_CERT_FILE", str(certificate))  # how a user trusts a private CA, too
     connections, answers = run(scenario(trusted=True))
-    assert connections == 1 and [a.body for a in answers] == [b'{"ok": true}'] * 2
+    assert connections == 1 and [a.text for a in answers] == ["tls"] * 2
 
 
 # ---------------------------------------------------------------------------------- through the judge
@@ -336,19 +284,34 @@ def test_judge_retries_a_dropped_answer_and_reconnects():
     def answer(n, body):
         if n == 1:  # cut short: the connection closes in the middle of the body
             return b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{\"id\"", "close"
-        content = scripted_judge(json.loads(body))
-        return ok(json.dumps({"choices": [{"message": {"content": content}}]}).encode())
+        return ok(completion(scripted_judge(json.loads(body))))
 
     async def scenario():
         async with RawServer(answer, close_after=False) as server:
-            api_base = server.url().rsplit("/chat/completions", 1)[0]
-            judge = LiteLLMJudge("openai/scripted-judge", api_base=api_base, **FAST)
+            judge = LiteLLMJudge("openai/scripted-judge", api_base=api_base(server), **FAST)
             grades = await asyncio.to_thread(judge.grade_prefixes, [("P", POINTS, "alpha")])
             await asyncio.to_thread(judge.close)
-            return grades, judge.stats.snapshot(), len(server.requests)
+            return grades, judge.stats.snapshot(), len(server.requests), server.connections
 
-    grades, stats, requests = run(scenario())
+    grades, stats, requests, connections = run(scenario())
     assert grades == [[True, False, False]] and (stats["retries"], stats["failures"], requests) == (1, 0, 2)
+    assert connections == 2
+
+
+def test_judge_notices_a_server_closing_an_idle_connection():
+    async def scenario():
+        async with RawServer(lambda n, body: ok(completion(scripted_judge(json.loads(body))))) as server:
+            judge = LiteLLMJudge("openai/scripted-judge", api_base=api_base(server), **FAST)
+            first = await asyncio.to_thread(judge.grade_prefixes, [("P", POINTS, "alpha")])
+            for writer in server.writers:  # the server's keep-alive timeout fires
+                writer.close()
+            await asyncio.sleep(0.05)
+            second = await asyncio.to_thread(judge.grade_prefixes, [("P", POINTS, "beta")])
+            await asyncio.to_thread(judge.close)
+            return first + second, judge.stats.snapshot(), server.connections
+
+    grades, stats, connections = run(scenario())
+    assert grades == [[True, False, False], [False, True, False]] and stats["failures"] == 0 and connections == 2
 
 
 @pytest.mark.parametrize("transport", ["litellm", "openai_http"])
@@ -369,6 +332,11 @@ def test_cache_write_failure_keeps_the_answer(tmp_path, caplog, transport):
     assert len(ResponseCache(tmp_path / "cache")) == 0
 
 
+def cache_entry(n: int) -> tuple[str, dict]:
+    fingerprint = request_fingerprint("openai/x", None, "litellm", [{"role": "user", "content": str(n)}], {})
+    return request_key(fingerprint), {"request": fingerprint, "content": f"answer {n}"}
+
+
 def test_cache_writer_batches_and_serves_unwritten_entries(tmp_path):
     cache = ResponseCache(tmp_path)
     jobs = []
@@ -379,21 +347,22 @@ def test_cache_writer_batches_and_serves_unwritten_entries(tmp_path):
         return original(entries)
 
     cache.put_many = counted
+    entries = [cache_entry(n) for n in range(62)]
 
     async def scenario():
         writer = CacheWriter(cache, delay=60.0, max_pending=1000)
-        futures = [writer.put(f"{i:064x}", {"content": f"answer {i}"}) for i in range(50)]
-        assert writer.get(f"{7:064x}") == {"content": "answer 7"} and cache.get(f"{7:064x}") is None
+        futures = [writer.put(key, entry) for key, entry in entries[:50]]
+        assert writer.get(entries[7][0]) == entries[7][1] and cache.get(entries[7][0]) is None
         writer.flush()
         assert await asyncio.gather(*futures) == [None] * 50
-        late = writer.put("f" * 64, {"content": "late"})
+        late = writer.put(*entries[50])
         writer.flush()
         await late
         small = CacheWriter(cache, delay=60.0, max_pending=10)  # the size bound flushes without being asked
-        more = [small.put(f"a{i:063x}", {"content": "x"}) for i in range(10)]
-        await asyncio.gather(*more)
+        await asyncio.gather(*(small.put(key, entry) for key, entry in entries[51:61]))
         quick = CacheWriter(cache, delay=0.01)  # and so does the delay
-        await quick.put("d" * 64, {"content": "y"})
+        await quick.put(*entries[61])
 
     run(scenario())
-    assert jobs == [50, 1, 10, 1] and len(cache) == 62 and cache.get(f"{7:064x}") == {"content": "answer 7"}
+    assert jobs == [50, 1, 10, 1] and len(cache) == 62
+    assert [cache.get(key) for key, _ in entries] == [entry for _, entry in entries] and cache.rejected == 0

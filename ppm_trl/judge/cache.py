@@ -4,6 +4,11 @@ A file per key (sharded by the first two hex digits) written to a temporary name
 `os.replace` is atomic on POSIX, so any number of processes — training ranks, a `prepare` run and its resumed
 successor — can share one cache directory (even on a network file system, where SQLite's locking is not safe).
 Two writers of the same key write the same answer for the same request, so the last rename winning is harmless.
+
+The key is the sha256 of the request's fingerprint (model, api_base, transport, messages hash, sampling
+parameters), and every entry stores that fingerprint: a read checks that the stored fingerprint hashes to the key
+it was read under, so a file copied, planted or left by another version is ignored (counted and warned about
+once), never trusted. Two servers behind one model string therefore never share answers.
 """
 
 from __future__ import annotations
@@ -11,43 +16,73 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
-CACHE_FORMAT = 1
+logger = logging.getLogger(__name__)
+
+CACHE_FORMAT = 2  # 1: key without api_base/transport, no stored fingerprint (those files are never read: misses)
 
 
-def request_key(model: str, messages: list[dict[str, Any]], params: dict[str, Any]) -> str:
-    """sha256 of the exact request: model, messages and the sampling parameters that shape the answer."""
-    canonical = json.dumps(
-        {"format": CACHE_FORMAT, "model": model, "messages": messages, "params": params},
-        sort_keys=True,
-        ensure_ascii=False,
-        separators=(",", ":"),
-        default=repr,
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
+
+
+def request_fingerprint(model: str, api_base: str | None, transport: str, messages: list[dict[str, Any]],
+                        params: dict[str, Any]) -> dict[str, Any]:
+    """What identifies a judge request: where it goes, how, and the exact messages and sampling parameters.
+    JSON-normalised (tuples become lists, unknown objects their repr), so it reads back from a file unchanged."""
+    messages_sha256 = hashlib.sha256(_canonical(messages).encode("utf-8")).hexdigest()
+    return json.loads(_canonical({"format": CACHE_FORMAT, "model": model, "api_base": api_base,
+                                  "transport": transport, "messages_sha256": messages_sha256, "params": params}))
+
+
+def request_key(fingerprint: dict[str, Any]) -> str:
+    """The cache key of a `request_fingerprint`: its sha256."""
+    return hashlib.sha256(_canonical(fingerprint).encode("utf-8")).hexdigest()
 
 
 class ResponseCache:
-    def __init__(self, directory: str | os.PathLike):
+    """`get(key)` returns a verified entry or None; `on_reject()` is called for each entry refused on read."""
+
+    def __init__(self, directory: str | os.PathLike, on_reject: Callable[[], None] | None = None):
         self.directory = os.fspath(directory)
         os.makedirs(self.directory, exist_ok=True)
+        self.on_reject = on_reject
+        self.rejected = 0
         self._shards: set[str] = set()
 
     def _path(self, key: str) -> str:
         return os.path.join(self.directory, key[:2], f"{key}.json")
 
     def get(self, key: str) -> dict[str, Any] | None:
+        path = self._path(key)
         try:
-            with open(self._path(key), encoding="utf-8") as handle:
+            with open(path, encoding="utf-8") as handle:
                 entry = json.load(handle)
-        except FileNotFoundError:
+        except OSError:  # absent (a miss) or unreadable: the next answer overwrites it
             return None
-        except (OSError, ValueError):
-            return None  # a torn or foreign file is a miss; the next answer overwrites it
-        return entry if isinstance(entry, dict) and isinstance(entry.get("content"), str) else None
+        except ValueError:  # not JSON: writes are atomic, so this file is not one of ours
+            entry = None
+        if (isinstance(entry, dict) and isinstance(entry.get("content"), str)
+                and isinstance(entry.get("request"), dict) and request_key(entry["request"]) == key):
+            return entry
+        self._reject(path)
+        return None
+
+    def _reject(self, path: str) -> None:
+        self.rejected += 1
+        if self.rejected == 1:
+            logger.warning(
+                "judge cache %s: ignored %s, whose stored request does not match its key (planted, copied or "
+                "written by another version); such entries are re-asked and overwritten, and counted in the "
+                "judge's cache_rejected statistic", self.directory, path,
+            )
+        if self.on_reject is not None:
+            self.on_reject()
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         path = self._path(key)

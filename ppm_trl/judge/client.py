@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ppm_trl.judge import loop as shared_loop
-from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_key
+from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint, request_key
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import JudgeTasks, Parser
 from ppm_trl.judge.transport import (
@@ -54,16 +54,32 @@ class JudgeConfigurationError(RuntimeError):
     """The judge cannot work as configured (authentication, permission, unknown model): retrying will not help."""
 
 
+_CREDENTIAL_VARIABLE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CRED", re.IGNORECASE)
+# A credential header as a server may echo it: `Authorization: Bearer x`, JSON `"api-key": "x"`, repr `'x-api-key': 'x'`.
+_CREDENTIAL_HEADER_VALUE = re.compile(
+    r"""(\b(?:proxy-)?authorization|\b(?:x-)?api[-_]key)(["']?\s*[:=]\s*["']?)((?:bearer|basic|token)\s+)?[^\s"',;}\]]+""",
+    re.IGNORECASE,
+)
+_BEARER = re.compile(r"""\b(bearer\s+)[^\s"',;}\]]+""", re.IGNORECASE)
+_key_variables: set[str] = set()  # names (never values) of the key variables judges were configured with
+
+
 def redact(text: str) -> str:
-    """Replace the value of every credential-looking environment variable (…KEY, …TOKEN, …SECRET) by '***'."""
+    """Mask credentials in a message the judge logs or raises: the value of every key variable a judge was given
+    (`api_key_env`, any name), of every credential-looking environment variable (…KEY, …TOKEN, …SECRET, …CRED),
+    and any Authorization / api-key / x-api-key header value or bearer token (a server may echo them back)."""
     for name, value in os.environ.items():
-        if len(value) >= 8 and re.search(r"KEY|TOKEN|SECRET|PASSWORD", name, re.IGNORECASE) and value in text:
+        if value and value in text and (
+            (name in _key_variables and len(value) >= 4) or (len(value) >= 8 and _CREDENTIAL_VARIABLE.search(name))
+        ):
             text = text.replace(value, "***")
-    return text
+    text = _CREDENTIAL_HEADER_VALUE.sub(lambda match: f"{match[1]}{match[2]}{match[3] or ''}***", text)
+    return _BEARER.sub(r"\1***", text)
 
 
 def _retry_after_seconds(error: BaseException) -> float | None:
-    """The server's `retry-after-ms` / `Retry-After` (seconds or HTTP date) header of a failed attempt, if any."""
+    """The server's `retry-after-ms` / `Retry-After` (seconds or HTTP date) header of a failed attempt, if any
+    (as asked: `LiteLLMJudge._backoff` caps it)."""
     headers = (
         getattr(error, "litellm_response_headers", None)
         or getattr(error, "headers", None)
@@ -182,13 +198,17 @@ class LiteLLMJudge(JudgeTasks):
 
     def _init_runtime(self) -> None:
         self.stats = JudgeStats()
-        self._cache = None if self.cache_dir is None else ResponseCache(self.cache_dir)
+        if self.api_key_env is not None:
+            _key_variables.add(self.api_key_env)  # so that `redact` masks its value whatever its name
+        self._cache = None if self.cache_dir is None else ResponseCache(
+            self.cache_dir, on_reject=lambda: self.stats.add(cache_rejected=1)
+        )
         self._cache_writer = None if self._cache is None else CacheWriter(self._cache)
         self._semaphore: asyncio.Semaphore | None = None
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
-            self.model, self.api_base, self.timeout, self.api_key_env, self.litellm_kwargs
+            self.model, self.api_base, self.timeout, self.api_key_env, self.litellm_kwargs, self.max_concurrency
         )
         shared_loop.register_closer(self._transport)  # closed at interpreter exit if close() is never called
         self._cache_params = {"temperature": self.temperature} | {
@@ -241,10 +261,18 @@ class LiteLLMJudge(JudgeTasks):
         self.close()
 
     # ------------------------------------------------------------------------------------ one request
+    def _fingerprint(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+        """What the cache key hashes and a cache entry stores (see `cache.py`)."""
+        return request_fingerprint(self.model, self.api_base, self.transport, messages, self._cache_params)
+
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds before the next attempt: the server's Retry-After if it sent one, else exponential back-off with
+        jitter; never more than `backoff_max` nor one attempt's `timeout` (a server asking for an hour, or for a
+        date decades ahead, is retried after the cap and the item fails when retries run out: no hang)."""
+        cap = min(self.backoff_max, self.timeout)
         if retry_after is not None:
-            return retry_after * self._rng.uniform(1.0, 1.1)  # honour the server, de-synchronise the herd a bit
-        ceiling = min(self.backoff_max, self.backoff_base * 2**attempt)
+            return min(retry_after * self._rng.uniform(1.0, 1.1), cap)  # de-synchronise the herd a bit
+        ceiling = min(cap, self.backoff_base * 2**attempt)
         return self._rng.uniform(ceiling / 2, ceiling)
 
     def _account(self, reply) -> None:
@@ -253,6 +281,7 @@ class LiteLLMJudge(JudgeTasks):
             completion_tokens=reply.completion_tokens,
             cost=reply.cost or 0.0,
             cost_unknown=int(reply.cost is None),
+            usage_unknown=int(not reply.usage_known),
         )
 
     async def _answer(self, key: str, messages: list[dict[str, str]], parse: Parser, writes: list) -> Any:
@@ -299,7 +328,7 @@ class LiteLLMJudge(JudgeTasks):
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
                 if self._cache is not None:
-                    entry = {"model": self.model, "content": reply.text, "created": time.time()}
+                    entry = {"request": self._fingerprint(messages), "content": reply.text, "created": time.time()}
                     writes.append(self._cache_writer.put(key, entry))
                 return parsed
             self.stats.add(unparseable=1)
@@ -332,7 +361,7 @@ class LiteLLMJudge(JudgeTasks):
         writes: list[asyncio.Future] = []  # cache writes of the new answers
         try:
             for messages, parse in jobs:
-                key = request_key(self.model, messages, self._cache_params)
+                key = request_key(self._fingerprint(messages))
                 keys.append(key)
                 if key in tasks:
                     self.stats.add(deduplicated=1)

@@ -12,6 +12,8 @@ Counters (all cumulative; `since(snapshot)` gives the window's deltas):
   failures      calls that gave up: the item is unscorable (None), never a silent 0
   prompt_tokens / completion_tokens / cost   LiteLLM's usage and price of every answer received
   cost_unknown  answers LiteLLM could not price (their cost is not in `cost`)
+  usage_unknown answers whose token counts were missing or not numbers (counted as 0 tokens, cost unknown)
+  cache_rejected cache files ignored because their stored request does not match their key (planted, foreign)
 Latency is per call, end to end (all attempts and back-off), i.e. what a training step waits for.
 """
 
@@ -36,6 +38,8 @@ COUNTERS = (
     "completion_tokens",
     "cost",
     "cost_unknown",
+    "usage_unknown",
+    "cache_rejected",
 )
 _KNOWN = frozenset(COUNTERS)
 _MAX_LATENCIES = 200_000  # keep the most recent; enough for any logging window

@@ -1,23 +1,28 @@
 """How one judge attempt travels: through `litellm.acompletion` (any provider), or straight to an
-OpenAI-compatible `/chat/completions` endpoint over a pool of keep-alive connections (`openai_http`, see `http.py`).
+OpenAI-compatible `/chat/completions` endpoint with aiohttp (`openai_http`).
 
 LiteLLM costs a few milliseconds of CPU per request (logging objects, pydantic responses, cost lookups). Against a
 remote API that is noise; against a local vLLM/SGLang server answering in ~100 ms at 64-way concurrency it is the
-bottleneck, since the event loop is one thread. `openai_http` sends the same request body without that overhead
-and still prices answers with LiteLLM's cost table. It does not follow redirects (a 3xx answer fails the item
-like a 400: point api_base at the server itself). Both transports raise on failure and leave retrying to the
-client; both return a `Reply`.
+bottleneck, since the event loop is one thread. `openai_http` sends the same request body through one
+`aiohttp.ClientSession` per event loop (keep-alive pool of at most `max_concurrency` connections) and still prices
+answers with LiteLLM's cost table. It does not follow redirects (a 3xx answer fails the item like a 400: point
+api_base at the server itself) and ignores proxy variables. Both transports raise on failure and leave retrying
+to the client; both return a `Reply`. Usage fields are accounting: a reply whose token counts are not numbers is
+still an answer (`usage_known=False`), never an error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import re
+import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from ppm_trl.judge import http
+from urllib.parse import urlsplit
 
 # Arguments that change where/how a request travels but not the answer (not in the cache key or the body).
 TRANSPORT_ARGUMENTS = {"api_base", "base_url", "api_version", "timeout", "num_retries", "max_retries", "extra_headers"}
@@ -30,18 +35,36 @@ class Reply:
     text: str | None  # None when the answer carries no text (e.g. only tool calls)
     prompt_tokens: int
     completion_tokens: int
-    cost: float | None  # None when LiteLLM has no price for the model
+    cost: float | None  # None when LiteLLM has no price for the model, or the usage is unknown
+    usage_known: bool = True  # False when the server's token counts were missing or not numbers (counted as 0)
+
+
+def token_counts(prompt_tokens: Any, completion_tokens: Any) -> tuple[int, int, bool]:
+    """(prompt, completion, known): a server's usage fields as token counts. Anything but two non-negative whole
+    numbers (None, "n/a", nested junk, NaN, True) is unknown usage, counted as 0 tokens: accounting, never fatal."""
+    counts = []
+    for value in (prompt_tokens, completion_tokens):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return 0, 0, False
+        if not (math.isfinite(value) and value >= 0 and value == int(value)):
+            return 0, 0, False
+        counts.append(int(value))
+    return counts[0], counts[1], True
 
 
 class MalformedReplyError(Exception):
     """A 2xx answer whose body is not a chat completion (retried like a transient failure)."""
 
 
+class ProtocolError(ConnectionError):
+    """The server's bytes are not a well-formed HTTP answer (retried like a dropped connection)."""
+
+
 class HTTPStatusError(Exception):
     """A non-2xx answer of the `openai_http` transport; `status_code` and `headers` drive the retry policy."""
 
     def __init__(self, status_code: int, headers: dict[str, str], body: str):
-        super().__init__(f"HTTP {status_code}: {body[:200]}")
+        super().__init__(f"HTTP {status_code}: {body[:2000]}")  # the client redacts, then shortens
         self.status_code = status_code
         self.headers = headers
 
@@ -77,7 +100,8 @@ class _Pricing:
 
 
 class LiteLLMTransport:
-    def __init__(self, model: str, api_base: str | None, timeout: float, api_key_env: str | None, kwargs: dict):
+    def __init__(self, model: str, api_base: str | None, timeout: float, api_key_env: str | None, kwargs: dict,
+                 max_concurrency: int = 64):  # LiteLLM pools connections itself; the judge's semaphore bounds them
         self.model, self.api_base, self.timeout, self.api_key_env, self.kwargs = model, api_base, timeout, api_key_env, kwargs
         self.pricing = _Pricing(model)
 
@@ -92,23 +116,48 @@ class LiteLLMTransport:
             arguments["api_key"] = os.environ[self.api_key_env]
         response = await asyncio.wait_for(litellm.acompletion(**arguments), self.timeout)
         usage = getattr(response, "usage", None)
-        prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if cost is None:
-            cost = self.pricing.cost(prompt_tokens, completion_tokens, response)
+        prompt_tokens, completion_tokens, usage_known = token_counts(
+            getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+        )
+        cost = None
+        if usage_known:
+            cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+            if cost is None:
+                cost = self.pricing.cost(prompt_tokens, completion_tokens, response)
         try:
             text = response.choices[0].message.content
         except (AttributeError, IndexError, TypeError):
             text = None
-        return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost)
+        return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost, usage_known)
 
     async def aclose(self) -> None:
         return None
 
 
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # a legal header name (RFC 9110 token)
+_FRAMING_HEADERS = {"content-length", "transfer-encoding", "connection", "host"}  # aiohttp's to set
+
+
+def checked_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`extra_headers` as str → str, refusing names and values that would break or smuggle into the request."""
+    out = {}
+    for name, value in headers.items():
+        name, value = str(name), str(value)
+        if not _TOKEN.match(name) or name.lower() in _FRAMING_HEADERS:
+            raise ValueError(f"extra_headers: header name {name!r} is not allowed")
+        if any(character in value for character in "\r\n\0"):  # the value may be a key: never quote it
+            raise ValueError(f"extra_headers: the value of header {name!r} contains a line break or NUL")
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ValueError(f"extra_headers: the value of header {name!r} is not latin-1 text") from None
+        out[name] = value
+    return out
+
+
 class OpenAIHTTPTransport:
-    def __init__(self, model: str, api_base: str | None, timeout: float, api_key_env: str | None, kwargs: dict):
+    def __init__(self, model: str, api_base: str | None, timeout: float, api_key_env: str | None, kwargs: dict,
+                 max_concurrency: int = 64):
         provider, _, name = model.partition("/")
         if provider not in _OPENAI_COMPATIBLE or not name:
             raise ValueError(
@@ -117,23 +166,56 @@ class OpenAIHTTPTransport:
             )
         if not api_base:
             raise ValueError("transport='openai_http' needs api_base, e.g. 'http://127.0.0.1:8000/v1'")
+        parts = urlsplit(api_base)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"transport='openai_http' needs an http:// or https:// api_base, got {api_base!r}")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("credentials in api_base are refused: the API key comes from the environment")
         self.url = api_base.rstrip("/") + "/chat/completions"
-        self.name, self.timeout = name, timeout
-        self.extra_headers = dict(kwargs.get("extra_headers") or {})
+        self.name, self.timeout, self.max_concurrency = name, timeout, max_concurrency
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"} | checked_headers(
+            kwargs.get("extra_headers") or {}
+        )
         self.kwargs = {k: v for k, v in kwargs.items() if k not in TRANSPORT_ARGUMENTS}
         self.key_variable = api_key_env or _OPENAI_COMPATIBLE[provider]
         self.pricing = _Pricing(model)
-        self._pool = http.ConnectionPool(self.url, self.extra_headers)  # refuses a bad URL or header now
+        self._session = None  # one aiohttp.ClientSession per event loop (a forked child's loop gets its own)
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    def _open_session(self, loop: asyncio.AbstractEventLoop):
+        import aiohttp  # lazy: `import ppm_trl.judge` must stay light
+
+        self._aiohttp = aiohttp
+        self._session_loop = loop
+        self._timeout = aiohttp.ClientTimeout(total=self.timeout)  # connect, send and the whole answer
+        # The TLS context is made now, not at aiohttp's import, so SSL_CERT_FILE (a private CA) is honoured.
+        connector = aiohttp.TCPConnector(
+            limit=self.max_concurrency, ssl=ssl.create_default_context() if self.url.startswith("https") else False
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector, headers=self.headers, cookie_jar=aiohttp.DummyCookieJar(), timeout=self._timeout
+        )
+        return self._session
 
     async def send(self, messages: list[dict[str, str]], temperature: float) -> Reply:
+        loop = asyncio.get_running_loop()
+        session = self._session
+        if session is None or session.closed or self._session_loop is not loop:
+            session = self._open_session(loop)
         payload = {"model": self.name, "messages": messages, "temperature": temperature, **self.kwargs}
         key = os.environ.get(self.key_variable)  # read per request, never stored
-        response = await self._pool.post(
-            json.dumps(payload).encode(), self.timeout, {"Authorization": f"Bearer {key}"} if key else None
-        )
-        if response.status >= 300:  # redirects are not followed: api_base must name the server itself
-            raise HTTPStatusError(response.status, response.headers, response.body.decode("utf-8", "replace"))
-        return self._reply(response.body)
+        try:
+            async with session.post(
+                self.url, data=json.dumps(payload).encode(), allow_redirects=False,  # api_base must name the server
+                headers={"Authorization": f"Bearer {key}"} if key else None,
+            ) as response:
+                body = await response.read()
+                status, headers = response.status, response.headers
+        except self._aiohttp.ClientResponseError as error:  # unparseable answer; its repr shows the request's headers
+            raise ProtocolError(f"malformed HTTP answer from {self.url}: {error.message}") from None
+        if status >= 300:
+            raise HTTPStatusError(status, dict(headers), body.decode("utf-8", "replace"))
+        return self._reply(body)
 
     def _reply(self, body: bytes) -> Reply:
         try:
@@ -142,19 +224,22 @@ class OpenAIHTTPTransport:
             raise MalformedReplyError(f"answer is not JSON: {body[:120]!r}") from None
         if not isinstance(data, dict):
             raise MalformedReplyError(f"answer is not a chat completion object: {body[:120]!r}")
-        usage = data.get("usage") or {}
-        prompt_tokens = int(usage.get("prompt_tokens") or 0)
-        completion_tokens = int(usage.get("completion_tokens") or 0)
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        prompt_tokens, completion_tokens, usage_known = token_counts(
+            usage.get("prompt_tokens"), usage.get("completion_tokens")
+        )
         try:
             text = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             text = None
-        cost = self.pricing.cost(prompt_tokens, completion_tokens)
-        return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost)
+        cost = self.pricing.cost(prompt_tokens, completion_tokens) if usage_known else None
+        return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost, usage_known)
 
     async def aclose(self) -> None:
-        if self._pool.loop is asyncio.get_running_loop():
-            self._pool.close()
+        if self._session is not None and self._session_loop is asyncio.get_running_loop():
+            await self._session.close()
+        self._session = None
 
 
 TRANSPORTS = {"litellm": LiteLLMTransport, "openai_http": OpenAIHTTPTransport}
