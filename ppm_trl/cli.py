@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -45,6 +44,21 @@ class TrainScriptArguments:
     tool_tokens_per_turn: int = field(default=128, metadata={"help": "Multi-turn: bound on one tool reply."})
     tiny_hidden_size: int = field(default=64, metadata={"help": "Width of `model_name_or_path: tiny`."})
     tiny_num_layers: int = field(default=2, metadata={"help": "Depth of `model_name_or_path: tiny`."})
+    problem_column: str | None = field(
+        default=None, metadata={"help": "Column holding the problem text; it becomes the chat `prompt` "
+                                "(default: the dataset's own `prompt` column)."})
+    answer_column: str | None = field(
+        default=None, metadata={"help": "Column holding the gold answer (default: `answer`): a bare answer, a GSM8K "
+                                "solution ending in `#### 72`, or a solution whose last `\\boxed{}` is the answer."})
+    reference_column: str | None = field(
+        default=None, metadata={"help": "Column holding the worked reference solution, for ARG and PAPO's judge "
+                                "(default: `reference`); a GSM8K `#### 72` last line is read as `\\boxed{72}`."})
+    max_prompt_length: int | None = field(
+        default=None, metadata={"help": "Longest prompt in tokens (default: the model's context minus "
+                                "max_completion_length). Longer prompts are an error unless long_prompts=drop."})
+    long_prompts: str = field(
+        default="error", metadata={"help": "What to do with prompts longer than max_prompt_length: `error` "
+                                   "(refuse, naming the rows) or `drop` (train without them; counted)."})
 
 
 def _config_class(method: str):
@@ -54,44 +68,122 @@ def _config_class(method: str):
 
     classes = {"grpo": GRPOConfig, "ppm": PPMConfig, "papo": PAPOConfig, "arg": ARGConfig}
     if method not in classes:
-        raise SystemExit(f"ppm-trl train: unknown method {method!r}; accepted: {', '.join(METHODS)}")
+        raise UsageError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
     return classes[method]
+
+
+class UsageError(ValueError):
+    """A user error (bad flag, config, data file or column): one line on stderr, exit code 2, no traceback."""
+
+
+def read_yaml_config(path: str) -> dict:
+    """The YAML config as a dict; a missing file, non-UTF-8 bytes or a syntax error is a UsageError with the line."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise UsageError(f"config file {path!r} does not exist")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise UsageError(f"config file {path!r}, line {line}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error)
+        context, start = getattr(error, "context", None), getattr(error, "context_mark", None)
+        if context and start is not None:  # e.g. "while parsing a flow sequence", started at an earlier line
+            problem += f" ({context} started at line {start.line + 1})"
+        raise UsageError(f"config file {path!r}{where}: invalid YAML: {problem}") from None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise UsageError(f"config file {path!r}: expected `key: value` lines, got a {type(config).__name__}")
+    return config
+
+
+def _config_path(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def _method_from_argv(argv: list[str]) -> str:
     """`method` decides the config class, so read it before the full parse (flag first, then the YAML)."""
-    import yaml
-
     for i, arg in enumerate(argv):
         if arg == "--method" and i + 1 < len(argv):
             return argv[i + 1]
         if arg.startswith("--method="):
             return arg.split("=", 1)[1]
+    path = _config_path(argv)
+    return read_yaml_config(path).get("method", "grpo") if path else "grpo"
+
+
+def check_config_values(config: dict, classes, path: str) -> None:
+    """A list or mapping given to a scalar field (`num_segments: [1, 2]`) is a UsageError naming file and key."""
+    import types
+    import typing
+
+    scalar = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for key, value in config.items():
+            hint = hints.get(key)
+            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+            kinds = [t for t in (typing.get_args(hint) if union else (hint,)) if t is not type(None)]
+            if kinds and all(t in scalar for t in kinds) and isinstance(value, (list, dict)):
+                raise UsageError(f"config file {path!r}: `{key}` must be {scalar[kinds[0]]}, got {value!r}")
+
+
+def _flag_value(argv: list[str], flag: str, default):
     for i, arg in enumerate(argv):
-        if arg == "--config" and i + 1 < len(argv):
-            path = argv[i + 1]
-            if not os.path.isfile(path):
-                raise SystemExit(f"ppm-trl train: config file {path!r} does not exist")
-            with open(path) as f:
-                return (yaml.safe_load(f) or {}).get("method", "grpo")
-    return "grpo"
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return default
 
 
 def parse_train_args(argv: list[str]):
     from trl import ModelConfig, TrlParser
 
     config_class = _config_class(_method_from_argv(argv))
-    parser = TrlParser((TrainScriptArguments, config_class, ModelConfig), prog="ppm-trl train")
+    classes = (TrainScriptArguments, config_class, ModelConfig)
+    path = _config_path(argv)
+    config = read_yaml_config(path) if path else {}
+    check_config_values(config, classes, path)
+    generations = _flag_value(argv, "--num_generations", config.get("num_generations"))
+    if generations is not None and str(generations).lstrip("-").isdigit() and int(generations) < 1:
+        # TRL's own __post_init__ would die on it with a ZeroDivisionError
+        raise UsageError(f"num_generations must be >= 1 (samples per prompt; GRPO needs >= 2), got {generations}")
+    parser = TrlParser(classes, prog="ppm-trl train")
+    parser.set_defaults(bf16=auto_bf16())  # the YAML and flags override it
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    except ValueError as error:  # TrlParser reports unknown YAML keys as ValueError
-        raise SystemExit(f"ppm-trl train: {error}") from None
+    except (ValueError, TypeError) as error:  # unknown YAML keys, and TRL's / our configs' value checks
+        raise UsageError(str(error)) from None
+    if script_args.long_prompts not in ("error", "drop"):
+        raise UsageError(f"long_prompts must be `error` or `drop`, got {script_args.long_prompts!r}")
     return script_args, training_args, model_args
+
+
+def auto_bf16() -> bool:
+    """bf16 when a CUDA device supports it, else fp32 (TRL's default, bf16=True, fails on CPU)."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
 def load_train_dataset(script_args):
     if script_args.env_name and script_args.dataset_name:
-        raise SystemExit("ppm-trl train: give either `env_name` or `dataset_name`, not both")
+        raise UsageError("give either `env_name` or `dataset_name`, not both")
     if script_args.env_name and getattr(script_args, "multiturn", False):
         from .envs.multiturn import make_multiturn_dataset
 
@@ -102,38 +194,130 @@ def load_train_dataset(script_args):
 
         return make_dataset(script_args.env_name, script_args.env_n, script_args.env_size, seed=script_args.env_seed)
     if not script_args.dataset_name:
-        raise SystemExit("ppm-trl train: no data; set `env_name: <name>` (synthetic) or `dataset_name: <id or path>`")
+        raise UsageError("no data; set `env_name: <name>` (synthetic) or `dataset_name: <id or path>`")
     import datasets
 
     name = script_args.dataset_name
     if os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_dict.json")):
-        return datasets.load_from_disk(name)[script_args.dataset_train_split]
-    if os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_info.json")):
-        return datasets.load_from_disk(name)
-    if os.path.isfile(name):
+        splits = datasets.load_from_disk(name)
+        if script_args.dataset_train_split not in splits:
+            raise UsageError(f"dataset {name!r} has no split {script_args.dataset_train_split!r}; its splits are "
+                             f"{list(splits)} (set dataset_train_split)")
+        dataset = splits[script_args.dataset_train_split]
+    elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_info.json")):
+        dataset = datasets.load_from_disk(name)
+    elif os.path.isfile(name):
         kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(os.path.splitext(name)[1])
         if kind is None:
-            raise SystemExit(f"ppm-trl train: cannot read {name!r}; accepted files: .jsonl .json .parquet .csv")
-        return datasets.load_dataset(kind, data_files=name, split="train")
-    return datasets.load_dataset(name, script_args.dataset_config, split=script_args.dataset_train_split)
+            raise UsageError(f"cannot read {name!r}; accepted files: .jsonl .json .parquet .csv")
+        check_data_file(name)
+        dataset = datasets.load_dataset(kind, data_files=name, split="train")
+    else:
+        dataset = datasets.load_dataset(name, script_args.dataset_config, split=script_args.dataset_train_split)
+    if len(dataset) == 0:
+        raise UsageError(f"dataset {name!r} has no rows")
+    return dataset
+
+
+def check_data_file(path: str) -> None:
+    """An empty file, non-UTF-8 text or (for .jsonl) a line that is not a JSON object: a UsageError with the line."""
+    if os.path.splitext(path)[1] == ".parquet":
+        return
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    if not any(line.strip() for line in lines):
+        raise UsageError(f"data file {path!r} is empty")
+    for number, line in enumerate(lines, start=1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UsageError(f"data file {path!r}, line {number}: not UTF-8 text ({error.reason} at byte "
+                             f"{error.start} of the line); re-encode the file as UTF-8") from None
+        if path.endswith(".jsonl") and text.strip():
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise UsageError(f"data file {path!r}, line {number}: not valid JSON ({error.msg}, column "
+                                 f"{error.colno})") from None
+            if not isinstance(row, dict):
+                raise UsageError(f"data file {path!r}, line {number}: expected a JSON object per line, got "
+                                 f"{type(row).__name__}")
+
+
+def prepare_dataset(script_args, training_args, dataset, reward_names: list[str], source: str):
+    """Map the user's columns (`problem_column`, ...) and check every column the run will read, before any model."""
+    from .columns import check_required_columns, map_columns, required_columns
+
+    try:
+        dataset, report = map_columns(dataset, script_args.problem_column, script_args.answer_column,
+                                      script_args.reference_column, source=source)
+        check_required_columns(dataset, required_columns(script_args.method, reward_names, training_args), source)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    for line in report:
+        print(f"ppm-trl: {line}", file=sys.stderr)
+    return dataset
+
+
+def check_prompt_lengths(dataset, tokenizer, model_path: str, script_args, training_args):
+    """Refuse (or with long_prompts=drop, drop and count) prompts that do not fit; returns the dataset."""
+    from transformers import AutoConfig
+
+    positions = getattr(AutoConfig.from_pretrained(model_path), "max_position_embeddings", None)
+    limits = []
+    if script_args.max_prompt_length is not None:
+        limits.append((script_args.max_prompt_length, f"max_prompt_length={script_args.max_prompt_length}"))
+    if positions is not None:
+        room = positions - training_args.max_completion_length
+        limits.append((room, f"the model's {positions} positions minus max_completion_length="
+                             f"{training_args.max_completion_length}"))
+    if not limits:
+        return dataset
+    limit, why = min(limits)
+    if limit < 1:
+        raise UsageError(f"no room for a prompt: {why} leaves {limit} tokens; lower max_completion_length")
+    texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+             for p in dataset["prompt"]]
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    too_long = [i for i, n in enumerate(lengths) if n > limit]
+    if not too_long:
+        return dataset
+    message = (f"{len(too_long)} of {len(lengths)} prompts are longer than {limit} tokens ({why}); first: row "
+               f"{too_long[0]} with {lengths[too_long[0]]} tokens")
+    if script_args.long_prompts == "drop":
+        print(f"ppm-trl train: dropping {message}", file=sys.stderr)
+        if len(too_long) == len(lengths):
+            raise UsageError(f"every prompt is too long: {message}")
+        return dataset.select(sorted(set(range(len(lengths))) - set(too_long)))
+    raise UsageError(f"{message}. They would train on clipped completions only; shorten them, raise "
+                     "max_prompt_length / lower max_completion_length, or set `long_prompts: drop`")
 
 
 def resolve_model(script_args, model_args, training_args) -> str:
-    """`tiny` builds the offline tiny model into the output dir; a local path must exist."""
+    """`tiny` builds the offline tiny model into the output dir; a local path must exist and becomes absolute."""
+    from .trainers.common import resolve_model_path
+
     name = model_args.model_name_or_path
     if name in (None, "", "tiny"):
-        from .tiny import save_tiny_model
-
-        path = os.path.join(training_args.output_dir, "initial_tiny_model" + ("_tools" * script_args.multiturn))
-        if not os.path.exists(os.path.join(path, "config.json")):
-            save_tiny_model(path, seed=training_args.seed, hidden_size=script_args.tiny_hidden_size,
-                            num_hidden_layers=script_args.tiny_num_layers, tool_calling=script_args.multiturn)
-        return path
+        return resolve_model_path("tiny", training_args, hidden_size=script_args.tiny_hidden_size,
+                                  num_hidden_layers=script_args.tiny_num_layers, tool_calling=script_args.multiturn)
     looks_local = name.startswith((".", "/", "~")) or name.count("/") >= 2  # a Hub id is `org/name`
     if looks_local and not os.path.exists(os.path.expanduser(name)):
-        raise SystemExit(f"ppm-trl train: model path {name!r} does not exist (give a local directory with config.json, "
+        raise UsageError(f"model path {name!r} does not exist (give a local directory with config.json, "
                          "a Hub id such as Qwen/Qwen3-1.7B, or `tiny`)")
-    return os.path.expanduser(name)
+    return resolve_model_path(os.path.expanduser(name), training_args)
+
+
+def reward_names(script_args) -> list[str]:
+    names = list(script_args.reward_funcs)
+    if not names:
+        names = ["env_outcome"] if script_args.env_name else ["accuracy"]
+        if script_args.method == "arg":
+            names.append("format")
+    unknown = [n for n in names if n not in REWARD_FUNCS]
+    if unknown:
+        raise UsageError(f"unknown reward function(s) {unknown}; accepted: {', '.join(REWARD_FUNCS)}")
+    return names
 
 
 def build_reward_funcs(script_args, training_args):
@@ -145,24 +329,23 @@ def build_reward_funcs(script_args, training_args):
         "format": rewards.format_reward,
         "env_point_fraction": rewards.env_point_fraction,
     }
-    names = list(script_args.reward_funcs)
-    if not names:
-        names = ["env_outcome"] if script_args.env_name else ["accuracy"]
-        if script_args.method == "arg":
-            names.append("format")
-            if training_args.reward_weights is None:
-                training_args.reward_weights = [1.0, training_args.format_reward_weight]
-    unknown = [n for n in names if n not in table]
-    if unknown:
-        raise SystemExit(f"ppm-trl train: unknown reward function(s) {unknown}; accepted: {', '.join(REWARD_FUNCS)}")
+    names = reward_names(script_args)
+    if not script_args.reward_funcs and script_args.method == "arg" and training_args.reward_weights is None:
+        training_args.reward_weights = [1.0, training_args.format_reward_weight]
     return [table[n] for n in names]
 
 
 def build_trainer(script_args, training_args, model_args):
+    from transformers import AutoTokenizer
     from trl import GRPOTrainer, get_peft_config
 
-    train_dataset = load_train_dataset(script_args)
+    source = script_args.dataset_name or f"env {script_args.env_name!r}"
+    train_dataset = prepare_dataset(script_args, training_args, load_train_dataset(script_args),
+                                    reward_names(script_args), source)
     model = resolve_model(script_args, model_args, training_args)
+    if not script_args.multiturn:  # tool-calling prompts are templated with their tools by TRL
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        train_dataset = check_prompt_lengths(train_dataset, tokenizer, model, script_args, training_args)
     if model_args.dtype not in (None, "auto") or model_args.attn_implementation:
         training_args.model_init_kwargs = {
             **(training_args.model_init_kwargs or {}),
@@ -174,7 +357,7 @@ def build_trainer(script_args, training_args, model_args):
         from .envs.multiturn import MULTITURN_ENVIRONMENTS, multiturn_config_kwargs
 
         if script_args.env_name not in MULTITURN_ENVIRONMENTS:
-            raise SystemExit(f"ppm-trl train: `multiturn` needs env_name in {sorted(MULTITURN_ENVIRONMENTS)}, "
+            raise UsageError(f"`multiturn` needs env_name in {sorted(MULTITURN_ENVIRONMENTS)}, "
                              f"got {script_args.env_name!r}")
         settings = multiturn_config_kwargs(script_args.env_n, script_args.tokens_per_turn,
                                            script_args.tool_tokens_per_turn, use_vllm=training_args.use_vllm)
@@ -254,33 +437,76 @@ def train(argv: list[str]) -> None:
         print("ppm-trl train: done " + json.dumps(summary))
 
 
-def evaluate(argv: list[str]) -> dict:
-    parser = argparse.ArgumentParser(prog="ppm-trl eval", description="pass@k and avg@k of a checkpoint.")
-    parser.add_argument("--model", required=True, help="Checkpoint directory (or Hub id).")
-    parser.add_argument("--env", help="Synthetic env to evaluate on (held-out seed).")
-    parser.add_argument("--env_n", type=int, default=2)
-    parser.add_argument("--env_size", type=int, default=64)
-    parser.add_argument("--env_seed", type=int, default=10_000, help="Default differs from training's seed 0.")
-    parser.add_argument("--dataset_name", help="Or a dataset with `prompt` and `answer` columns.")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--num_samples", type=int, default=8, help="n samples per problem.")
-    parser.add_argument("--k", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--max_new_tokens", type=int, default=512)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top_p", type=float, default=1.0)
-    parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", choices=("auto", "hf", "vllm"), default="auto")
-    parser.add_argument("--output", help="Write the metrics (and per-problem results) as JSON here.")
-    args = parser.parse_args(argv)
+@dataclass
+class EvalArguments:
+    """`ppm-trl eval`: a YAML key or a `--flag` each, like `train` (`--config eval.yaml` works too)."""
 
+    model: str = field(default=None, metadata={"help": "Checkpoint directory (or Hub id) to evaluate. Required."})
+    env: str | None = field(default=None, metadata={"help": "Synthetic env to evaluate on (held-out seed)."})
+    env_n: int = field(default=2, metadata={"help": "Horizon n of the synthetic env."})
+    env_size: int = field(default=64, metadata={"help": "Number of synthetic problems."})
+    env_seed: int = field(default=10_000, metadata={"help": "Seed of the env generator (training's default is 0)."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Or a dataset (Hub id, save_to_disk dir, .jsonl/.json/.parquet/.csv file)."})
+    dataset_config: str | None = field(default=None, metadata={"help": "Dataset configuration name."})
+    split: str = field(default="test", metadata={"help": "Split of a Hub / save_to_disk dataset."})
+    problem_column: str | None = field(default=None, metadata={"help": "As in `train`: the problem text column."})
+    answer_column: str | None = field(default=None, metadata={"help": "As in `train`: the gold answer column."})
+    num_samples: int = field(default=8, metadata={"help": "n, samples per problem."})
+    k: list[int] = field(default_factory=lambda: [1, 8], metadata={"help": "The k of pass@k (each <= num_samples)."})
+    max_new_tokens: int = field(default=512, metadata={"help": "Generation budget per sample."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (0 = greedy)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
+    batch_size: int = field(default=64, metadata={"help": "HF generation batch (sequences)."})
+    seed: int = field(default=0, metadata={"help": "Sampling seed."})
+    backend: str = field(default="auto", metadata={"help": "auto (vLLM on a GPU when installed) | hf | vllm."})
+    output: str | None = field(
+        default=None, metadata={"help": "Write metrics and per-problem completions and correctness as JSON here."})
+
+    def __post_init__(self):
+        if not self.model:
+            raise UsageError("--model is required (a checkpoint directory or Hub id)")
+        if not self.env and not self.dataset_name:
+            raise UsageError("give --env NAME (synthetic) or --dataset_name ID_OR_FILE")
+        if self.num_samples < 1:
+            raise UsageError(f"--num_samples must be >= 1, got {self.num_samples}")
+        bad = [k for k in self.k if not 1 <= k <= self.num_samples]
+        if bad:
+            raise UsageError(f"--k {' '.join(map(str, bad))}: pass@k needs 1 <= k <= num_samples "
+                             f"({self.num_samples}); raise --num_samples or drop those k")
+        if self.backend not in ("auto", "hf", "vllm"):
+            raise UsageError(f"--backend must be auto, hf or vllm, got {self.backend!r}")
+
+
+def parse_eval_args(argv: list[str]) -> EvalArguments:
+    from trl import TrlParser
+
+    path = _config_path(argv)
+    if path:
+        check_config_values(read_yaml_config(path), (EvalArguments,), path)
+    try:
+        (args,) = TrlParser((EvalArguments,), prog="ppm-trl eval").parse_args_and_config(argv)
+    except UsageError:
+        raise
+    except (ValueError, TypeError) as error:
+        raise UsageError(str(error)) from None
+    return args
+
+
+def evaluate(argv: list[str]) -> dict:
+    """Sample `num_samples` completions per problem, verify them, print (and optionally write) pass@k and avg@n."""
+    args = parse_eval_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from . import evaluation, rewards
 
     script = TrainScriptArguments(env_name=args.env, env_n=args.env_n, env_size=args.env_size, env_seed=args.env_seed,
-                                  dataset_name=args.dataset_name, dataset_train_split=args.split)
-    dataset = load_train_dataset(script)
+                                  dataset_name=args.dataset_name, dataset_config=args.dataset_config,
+                                  dataset_train_split=args.split, problem_column=args.problem_column,
+                                  answer_column=args.answer_column)
+    source = args.dataset_name or f"env {args.env!r}"
+    reward = "env_outcome" if args.env else "accuracy"
+    dataset = prepare_dataset(script, None, load_train_dataset(script), [reward], source)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     backend = args.backend
     if backend == "auto":
@@ -289,6 +515,8 @@ def evaluate(argv: list[str]) -> dict:
         import torch
 
         backend = "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
+    print(f"ppm-trl eval: {len(dataset)} problems from {source}, {args.num_samples} samples each ({backend})",
+          file=sys.stderr)
     if backend == "vllm":
         samples = evaluation.sample_completions_vllm(args.model, tokenizer, dataset["prompt"], args.num_samples,
                                                      args.max_new_tokens, args.temperature, args.top_p, args.seed)
@@ -296,7 +524,7 @@ def evaluate(argv: list[str]) -> dict:
         model = AutoModelForCausalLM.from_pretrained(args.model)
         samples = evaluation.sample_completions(model, tokenizer, dataset["prompt"], args.num_samples,
                                                 args.max_new_tokens, args.temperature, args.top_p, args.batch_size,
-                                                args.seed)
+                                                args.seed, progress=True)
     verifier = rewards.env_outcome_reward if args.env else rewards.accuracy_reward
     columns = [c for c in dataset.column_names if c != "prompt"]
     correct = []
@@ -305,32 +533,70 @@ def evaluate(argv: list[str]) -> dict:
         kwargs = {c: [row[c]] * len(completions) for c in columns}
         correct.append([bool(r) for r in verifier(completions, **kwargs)])
     metrics = evaluation.summarize(correct, args.k)
-    print(json.dumps(metrics))
+    report = {"model": args.model, "dataset": source, "problems": len(dataset), "samples_per_problem": args.num_samples,
+              **metrics}
+    print("ppm-trl eval: " + json.dumps(report))
     if args.output:
+        problems = [{"index": i, "prompt": dataset[i]["prompt"], "answer": dataset[i].get("answer"),
+                     "completions": completions, "correct": flags}
+                    for i, (completions, flags) in enumerate(zip(samples, correct))]
         with open(args.output, "w") as f:
-            json.dump({"metrics": metrics, "correct": correct, "args": vars(args)}, f, indent=1)
-    return metrics
+            json.dump({**report, "metrics": metrics, "per_problem": problems, "args": vars(args)}, f, indent=1)
+    return report
+
+
+USAGE = ("usage: ppm-trl {train,eval,prepare} ... [--debug]\n"
+         "  train    --config FILE.yaml [--key value ...]  (method: grpo|ppm|papo|arg)\n"
+         "  eval     --model DIR --env NAME | --dataset_name ID  (pass@k, avg@n)\n"
+         "  prepare  --dataset ID --reference-column COL --judge-model M --out DIR  (points + graph)\n"
+         "  --debug  show the Python traceback of an error")
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Dispatch; a user error prints one `ppm-trl <command>: error: ...` line and exits 2, a judge that cannot be
+    used (auth, connection, too many unscorable answers) exits 1; `--debug` re-raises with the traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     commands = ("train", "eval", "prepare")
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print("usage: ppm-trl {train,eval,prepare} ...\n"
-              "  train    --config FILE.yaml [--key value ...]  (method: grpo|ppm|papo|arg)\n"
-              "  eval     --model DIR --env NAME | --dataset_name ID  (pass@k, avg@k)\n"
-              "  prepare  --dataset ID --reference-column COL --judge-model M --out DIR  (points + graph)")
+        print(USAGE)
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
     command, rest = argv[0], argv[1:]
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if command == "train":
-        train(rest)
-    elif command == "eval":
-        evaluate(rest)
-    else:
-        from .prepare import main as prepare_main
+    from .judge import JudgeConfigurationError, callback
 
-        prepare_main(rest)
+    # A judge that cannot judge is a runtime failure (exit 1), not a usage error.
+    runtime_errors = (JudgeConfigurationError, *([callback.JudgeUnscorableError]
+                                                 if hasattr(callback, "JudgeUnscorableError") else []))
+    try:
+        if command == "train":
+            train(rest)
+        elif command == "eval":
+            evaluate(rest)
+        else:
+            from .prepare import main as prepare_main
+
+            prepare_main(rest)
+    except SystemExit as exit_:
+        if debug or not isinstance(exit_.code, str):  # argparse's own usage errors are already printed
+            raise
+        _fail(command, exit_.code, 2)
+    except runtime_errors as error:
+        if debug:
+            raise
+        _fail(command, str(error), 1)
+    except ValueError as error:  # our checks (columns, configs, data files, trainers) raise ValueError / UsageError
+        if debug:
+            raise
+        _fail(command, str(error), 2)
+
+
+def _fail(command: str, message: str, code: int) -> None:
+    prefix = f"ppm-trl {command}: "
+    message = message[len(prefix):] if message.startswith(prefix) else message
+    print(f"{prefix}error: {message}\n(rerun with --debug for the traceback)", file=sys.stderr)
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -29,15 +29,23 @@ def summarize(correct: Sequence[Sequence[bool]], ks: Sequence[int]) -> dict[str,
     n = len(correct[0])
     if any(len(row) != n for row in correct):
         raise ValueError("every problem needs the same number of samples")
-    out = {f"pass@{k}": sum(pass_at_k(n, sum(row), k) for row in correct) / len(correct) for k in ks if k <= n}
+    too_large = [k for k in ks if k > n]
+    if too_large:  # pass@k of k > n samples cannot be estimated; never drop it silently
+        raise ValueError(f"pass@k needs k <= the {n} samples per problem; got k = {too_large}")
+    out = {f"pass@{k}": sum(pass_at_k(n, sum(row), k) for row in correct) / len(correct) for k in ks}
     out[f"avg@{n}"] = sum(sum(row) for row in correct) / (n * len(correct))
     return out
 
 
 def sample_completions(model, tokenizer, prompts, num_samples: int, max_new_tokens: int, temperature: float = 1.0,
-                       top_p: float = 1.0, batch_size: int = 64, seed: int = 0) -> list[list[str]]:
-    """`num_samples` sampled completions per prompt (conversational or plain prompts) with HF generate."""
+                       top_p: float = 1.0, batch_size: int = 64, seed: int = 0,
+                       progress: bool = False) -> list[list[str]]:
+    """`num_samples` sampled completions per prompt (conversational or plain prompts) with HF generate.
+
+    `progress` shows a tqdm bar over the sampled sequences (on stderr).
+    """
     import torch
+    from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
     texts = [
@@ -48,6 +56,7 @@ def sample_completions(model, tokenizer, prompts, num_samples: int, max_new_toke
     padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
     outputs: list[str] = []
     model.eval()
+    bar = tqdm(total=len(flat), desc="sampling", unit="seq", disable=not progress)
     try:
         for start in range(0, len(flat), batch_size):
             batch = tokenizer(flat[start : start + batch_size], return_tensors="pt", padding=True,
@@ -57,7 +66,9 @@ def sample_completions(model, tokenizer, prompts, num_samples: int, max_new_toke
                                            temperature=temperature if temperature > 0 else None, top_p=top_p,
                                            pad_token_id=tokenizer.pad_token_id)
             outputs.extend(tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1]:], skip_special_tokens=True))
+            bar.update(len(batch["input_ids"]))
     finally:
+        bar.close()
         tokenizer.padding_side = padding_side
     return [outputs[i * num_samples : (i + 1) * num_samples] for i in range(len(prompts))]
 

@@ -57,6 +57,18 @@ def test_summarize_and_bad_k():
     assert metrics == {"pass@1": 0.125, "pass@4": 0.5, "avg@4": 0.125}
     with pytest.raises(ValueError, match="k"):
         pass_at_k(4, 1, 5)
+    with pytest.raises(ValueError, match=r"k <= the 4 samples per problem; got k = \[8\]"):  # was silently dropped
+        summarize([[True, False, False, False]], ks=[1, 8])
+
+
+def test_eval_k_larger_than_num_samples_is_a_usage_error(capsys):
+    from ppm_trl import cli
+
+    with pytest.raises(SystemExit) as error:  # before any model is loaded: the model path does not exist
+        cli.main(["eval", "--model", "/nonexistent", "--env", "multi_countdown", "--num_samples", "4", "--k", "1", "8"])
+    assert error.value.code == 2
+    err = capsys.readouterr().err
+    assert "--k 8: pass@k needs 1 <= k <= num_samples (4)" in err and "Traceback" not in err
 
 
 def _run_cli(*args, timeout=600):
@@ -87,8 +99,14 @@ def test_cli_train_grpo_two_steps_then_eval(tmp_path):
                       "--env_size", "2", "--num_samples", "2", "--k", "1", "2", "--max_new_tokens", "8",
                       "--output", str(tmp_path / "eval.json"))
     assert result.returncode == 0, result.stderr[-3000:]
-    metrics = json.loads((tmp_path / "eval.json").read_text())["metrics"]
-    assert set(metrics) == {"pass@1", "pass@2", "avg@2"}
+    written = json.loads((tmp_path / "eval.json").read_text())
+    assert set(written["metrics"]) == {"pass@1", "pass@2", "avg@2"}
+    printed = json.loads(result.stdout.strip().splitlines()[-1].split("ppm-trl eval: ", 1)[1])
+    assert printed["problems"] == 2 and printed["samples_per_problem"] == 2
+    assert printed["dataset"] == "env 'multi_countdown'" and printed["pass@2"] == written["metrics"]["pass@2"]
+    assert "sampling" in result.stderr  # the progress bar
+    (first, second) = written["per_problem"]
+    assert len(first["completions"]) == 2 and len(first["correct"]) == 2 and first["prompt"]
 
 
 @pytest.mark.parametrize(
@@ -102,13 +120,14 @@ def test_cli_train_grpo_two_steps_then_eval(tmp_path):
         ({"reward_funcs": ["telepathy"]}, "unknown reward function"),
     ],
 )
-def test_cli_bad_input_names_the_problem(tmp_path, overrides, message):
+def test_cli_bad_input_names_the_problem(tmp_path, overrides, message, capsys):
     from ppm_trl import cli
 
-    with pytest.raises((SystemExit, ValueError)) as error:
+    with pytest.raises(SystemExit) as error:
         cli.main(["train", "--config", str(_config(tmp_path, **overrides))])
-    text = str(error.value.code if isinstance(error.value, SystemExit) else error.value)
-    assert message in text
+    assert error.value.code == 2  # a usage error
+    err = capsys.readouterr().err
+    assert err.startswith("ppm-trl train: error: ") and message in err and "Traceback" not in err
 
 
 def test_config_fields_are_flags_and_validated():

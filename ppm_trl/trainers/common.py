@@ -1,7 +1,10 @@
-"""Small pieces the three trainers share: dataset checks, the outcome reward, process slicing, logging fixes."""
+"""Small pieces the three trainers share: dataset checks, model resolution, model cards, the outcome reward,
+process slicing, logging fixes."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any
 
 import torch
@@ -22,9 +25,12 @@ def check_columns(dataset, required: dict[str, str], method: str) -> None:
         columns = getattr(ds, "column_names", None) or []
         for column, kind in required.items():
             if column not in columns:
+                from ..columns import FIXES
+
                 raise ValueError(
-                    f"{method} needs a `{column}` column in the dataset; found columns {sorted(columns)}. "
-                    f"See the dataset format in the README (`ppm-trl prepare` builds reasoning_points/graph)."
+                    f"{method} needs a `{column}` column in the dataset; the dataset's columns are {sorted(columns)}. "
+                    f"Fix: {FIXES.get(column, 'see the dataset format in the README')} (in Python: "
+                    "`ppm_trl.columns.map_columns(dataset, problem_column=..., answer_column=..., reference_column=...)`)."
                 )
             if not hasattr(ds, "__len__"):
                 continue
@@ -32,6 +38,72 @@ def check_columns(dataset, required: dict[str, str], method: str) -> None:
                 problem = _column_problem(value, kind)
                 if problem:
                     raise ValueError(f"{method}: column `{column}`, row {row_index}: {problem}")
+
+
+# Dataset columns the project's reward functions read (TRL passes every column to them as a keyword list).
+REWARD_COLUMNS = {"accuracy_reward": ("answer",), "env_outcome_reward": ("env",),
+                  "env_point_fraction": ("env", "reasoning_points")}
+
+
+def check_reward_columns(dataset, reward_funcs, method: str) -> None:
+    """The columns the given reward functions read must be in the dataset (checked before any generation)."""
+    for func in reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]:
+        name = getattr(func, "__name__", None)
+        for column in REWARD_COLUMNS.get(name, ()):
+            check_columns(dataset, {column: "any"}, f"{method} with the `{name}` reward")
+
+
+def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: int = 2, tool_calling: bool = False):
+    """`"tiny"` → the offline tiny model, saved under `args.output_dir`; a local directory → its absolute path.
+
+    Absolute, so a LoRA adapter's `base_model_name_or_path` and the model card still point at it from elsewhere.
+    """
+    if model == "tiny":
+        from ..tiny import save_tiny_model
+
+        path = os.path.abspath(os.path.join(args.output_dir, "initial_tiny_model" + "_tools" * tool_calling))
+        if not os.path.exists(os.path.join(path, "config.json")):
+            save_tiny_model(path, seed=args.seed, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                            tool_calling=tool_calling)
+        return path
+    if isinstance(model, str) and os.path.isdir(os.path.expanduser(model)):
+        return os.path.abspath(os.path.expanduser(model))
+    return model
+
+
+class MethodModelCardMixin:
+    """Writes the method's model card (name, paper, BibTeX, tags, base model) on every final `save_model`.
+
+    TRL writes its card only with checkpoints and on `push_to_hub`; PEFT's `save_pretrained` leaves its own
+    boilerplate README. `push_to_hub` goes through TRL's `create_model_card`, hence through the fix below too.
+    """
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call and self.is_world_process_zero():
+            from pathlib import Path
+
+            output_dir = output_dir or self.args.output_dir
+            self.create_model_card(model_name=Path(output_dir).name)
+            card = os.path.join(self.args.output_dir, "README.md")
+            if os.path.abspath(output_dir) != os.path.abspath(self.args.output_dir):
+                shutil.copyfile(card, os.path.join(output_dir, "README.md"))
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        from huggingface_hub import ModelCard
+        from trl.trainer.utils import get_config_model_id
+
+        # TRL leaves a local base model out of the metadata (not a Hub id) and its template then prints
+        # "fine-tuned version of [None]": name the local model instead.
+        path = os.path.join(self.args.output_dir, "README.md")
+        card = ModelCard.load(path)
+        base = get_config_model_id(self.model.config)
+        if card.data.base_model is None and base:
+            card.text = card.text.replace("[None](https://huggingface.co/None)", f"the local model `{base}`")
+            card.save(path)
 
 
 def _column_problem(value: Any, kind: str) -> str | None:

@@ -20,17 +20,20 @@ from ..advantages import papo_advantages, papo_group_stats
 from ..configs import PAPOConfig
 from ..scorers import build_process_scorer
 from .common import (
+    MethodModelCardMixin,
     check_columns,
+    check_reward_columns,
     completion_text,
     install_judge_stats,
     log_metric,
     process_slice,
     replace_logged_advantages,
+    resolve_model_path,
     weighted_outcome,
 )
 
 
-class PAPOTrainer(GRPOTrainer):
+class PAPOTrainer(MethodModelCardMixin, GRPOTrainer):
     """GRPO whose advantage is A_out + λ·A_proc, A_proc normalised over the correct responses only (PAPO §4.1).
 
     Args:
@@ -43,12 +46,13 @@ class PAPOTrainer(GRPOTrainer):
     _name = "PAPO"
     _paper = {
         "title": "PAPO: Stabilizing Rubric Integration Training via Decoupled Advantage Normalization",
-        "id": None,
+        "id": "2603.26535",
         "citation": textwrap.dedent(
             """\
             @article{papo2026,
                 title        = {{PAPO: Stabilizing Rubric Integration Training via Decoupled Advantage Normalization}},
-                year         = 2026
+                year         = 2026,
+                eprint       = {arXiv:2603.26535}
             }"""
         ),
     }
@@ -64,6 +68,8 @@ class PAPOTrainer(GRPOTrainer):
         self.process_scorer = process_scorer if process_scorer is not None else build_process_scorer(args)
         self._papo_process = None
         self._papo_stats_seen = {}
+        check_reward_columns(train_dataset, reward_funcs, "PAPO")
+        model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         install_judge_stats(self, self.process_scorer)
 

@@ -26,17 +26,20 @@ from ..segments import (
     turn_segment_ids,
 )
 from .common import (
+    MethodModelCardMixin,
     check_columns,
+    check_reward_columns,
     install_judge_stats,
     log_metric,
     process_slice,
     recount_loss_tokens,
     replace_logged_advantages,
+    resolve_model_path,
     weighted_outcome,
 )
 
 
-class PPMGRPOTrainer(GRPOTrainer):
+class PPMGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
     """GRPO whose advantages are Progressive Point Matching segment advantages (PPM paper §4–5, Alg. 1, App. B).
 
     Args:
@@ -72,6 +75,8 @@ class PPMGRPOTrainer(GRPOTrainer):
         self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
         self._ppm_progress = None  # gathered (B, K) progress of the current generation batch
         self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas
+        check_reward_columns(train_dataset, reward_funcs, "PPM")
+        model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         install_judge_stats(self, self.progress_scorer)
 

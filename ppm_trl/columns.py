@@ -1,0 +1,151 @@
+"""Your dataset's columns → the columns the trainers read, and every column requirement checked up front.
+
+`map_columns` is the one train/eval-time mapping mechanism: `problem_column` becomes a conversational `prompt`,
+`answer_column` the gold final answer (`answer`), `reference_column` the worked solution (`reference`). A GSM8K
+worked solution (`... #### 72`) gives the gold answer after `####`, a MATH one its last `\\boxed{}`.
+
+`required_columns` lists what a method + its reward functions + its scorer read; `check_required_columns` raises
+before any model is loaded, naming the dataset's own columns and the flag (or `ppm-trl prepare`) that fixes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from .rewards import last_boxed
+
+_GSM8K_ANSWER = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)
+
+# What fixes a missing column, shown in the error.
+FIXES = {
+    "prompt": "name the problem column with `--problem_column COLUMN` (it becomes a chat prompt)",
+    "answer": "name the gold-answer column with `--answer_column COLUMN` (a bare answer, a GSM8K solution ending in "
+              "`#### 72` or a solution with a final `\\boxed{}`), or run `ppm-trl prepare`, which writes `answer`",
+    "reference": "name the worked-solution column with `--reference_column COLUMN`, or run `ppm-trl prepare`, which "
+                 "writes `reference`",
+    "reasoning_points": "run `ppm-trl prepare` on the dataset: it writes `reasoning_points` and `reasoning_graph` "
+                        "from the reference solutions",
+    "env": "the programmatic scorers and `env_*` rewards only work on the synthetic envs (`--env_name`); for your "
+           "own data use the judge (`--progress_scorer judge` / `--process_scorer judge`) and `--reward_funcs accuracy`",
+}
+REWARD_COLUMNS = {"accuracy": ("answer",), "env_outcome": ("env",), "env_point_fraction": ("env", "reasoning_points"),
+                  "format": ()}
+
+
+def gold_answer(value: Any) -> str | None:
+    """The gold final answer in a cell: after a GSM8K `#### ` line, else the last `\\boxed{}`, else the cell itself.
+
+    None when the cell has a `\\boxed{` that is unclosed or empty, or is empty.
+    """
+    text = "" if value is None else str(value)
+    gsm8k = _GSM8K_ANSWER.findall(text)
+    if gsm8k:
+        return gsm8k[-1].replace(",", "") or None  # GSM8K writes 1,000 in some answers
+    if "\\boxed" in text:
+        boxed = last_boxed(text)
+        return boxed.strip() if boxed and boxed.strip() else None
+    return text.strip() or None
+
+
+def boxed_reference(value: Any) -> str:
+    """A worked solution as ARG/PAPO read it: a GSM8K `#### 72` final line becomes `\\boxed{72}`."""
+    text = "" if value is None else str(value)
+    if "\\boxed" in text:
+        return text
+    return _GSM8K_ANSWER.sub(lambda m: "\\boxed{" + m.group(1).replace(",", "") + "}", text)
+
+
+def map_columns(dataset, problem_column: str | None = None, answer_column: str | None = None,
+                reference_column: str | None = None, source: str = "the dataset"):
+    """(dataset with `prompt`/`answer`/`reference` built from the named columns, list of report lines).
+
+    The `answer` column (named or already there) always goes through `gold_answer`, so a GSM8K `answer` column
+    works as-is. A named column that does not exist, or a row whose gold answer cannot be read, is a ValueError.
+    """
+    columns = list(dataset.column_names)
+    for flag, column in (("--problem_column", problem_column), ("--answer_column", answer_column),
+                         ("--reference_column", reference_column)):
+        if column is not None and column not in columns:
+            raise ValueError(f"{flag} {column!r} is not a column of {source}; its columns are {columns}")
+    # Read every source column before writing any: `--reference_column answer` + the `answer` gold both read `answer`.
+    new = {}
+    report = []
+    if problem_column is not None:
+        new["prompt"] = [[{"role": "user", "content": _text(v, problem_column, i)}]
+                         for i, v in enumerate(dataset[problem_column])]
+    if reference_column is not None:
+        new["reference"] = [boxed_reference(_text(v, reference_column, i))
+                            for i, v in enumerate(dataset[reference_column])]
+    answer_source = answer_column or ("answer" if "answer" in columns else None)
+    if answer_source is not None:
+        values = dataset[answer_source]
+        golds = [gold_answer(v) for v in values]
+        missing = [i for i, g in enumerate(golds) if g is None]
+        if missing:
+            raise ValueError(
+                f"column {answer_source!r} of {source}: no gold answer in {len(missing)} of {len(golds)} rows "
+                f"(first: row {missing[0]}, {str(values[missing[0]])[:80]!r}); a cell must be the answer, end in a "
+                "GSM8K `#### <answer>` line or contain a closed `\\boxed{<answer>}`")
+        gsm8k = sum(bool(_GSM8K_ANSWER.search(str(v))) for v in values)
+        boxed = sum("\\boxed" in str(v) and not _GSM8K_ANSWER.search(str(v)) for v in values)
+        if gsm8k or boxed:
+            report.append(f"gold answers from column {answer_source!r}: {gsm8k} GSM8K-style (`#### x`), "
+                          f"{boxed} from the last \\boxed{{}}, {len(values) - gsm8k - boxed} as written")
+        new["answer"] = golds
+    for column, values in new.items():
+        if column in dataset.column_names:
+            dataset = dataset.remove_columns(column)
+        dataset = dataset.add_column(column, values)
+    return dataset, report
+
+
+def _text(value: Any, column: str, row: int) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"column {column!r}, row {row}: expected a non-empty string, got {value!r:.80}")
+    return value
+
+
+def required_columns(method: str, reward_funcs: Sequence[str], training_args) -> dict[str, str]:
+    """Column → who reads it, for a method, its reward functions (by CLI name) and its scorer."""
+    needs = {"prompt": "every method"}
+    for name in reward_funcs:
+        for column in REWARD_COLUMNS.get(name, ()):
+            needs.setdefault(column, f"the `{name}` reward")
+    if method == "ppm":
+        needs.setdefault("reasoning_points", "PPM")
+        if getattr(training_args, "progress_scorer", None) == "programmatic":
+            needs.setdefault("env", "PPM's programmatic progress scorer (`progress_scorer: programmatic`)")
+    elif method == "papo":
+        if getattr(training_args, "process_scorer", None) == "judge":
+            needs.setdefault("reference", "PAPO's judge process scorer (`process_scorer: judge`)")
+        else:
+            needs.setdefault("reasoning_points", "PAPO's programmatic process scorer (`process_scorer: programmatic`)")
+            needs.setdefault("env", "PAPO's programmatic process scorer (`process_scorer: programmatic`)")
+    elif method == "arg":
+        needs.setdefault("reference", "ARG (reference-guided continuations)")
+    return needs
+
+
+def check_required_columns(dataset, needs: dict[str, str], source: str = "the dataset") -> None:
+    """ValueError listing every missing column, who needs it, the dataset's own columns and the fix."""
+    columns = list(getattr(dataset, "column_names", None) or [])
+    missing = [column for column in needs if column not in columns]
+    if not missing:
+        return
+    lines = [f"{source} lacks column(s) {', '.join(repr(c) for c in missing)}; its columns are {columns}."]
+    for column in missing:
+        hint = FIXES.get(column, "")
+        guess = _guess(column, columns)
+        lines.append(f"  - {column!r} (needed by {needs[column]}): {hint}" + (f"; perhaps {guess}" if guess else ""))
+    raise ValueError("\n".join(lines))
+
+
+def _guess(column: str, columns: list[str]) -> str | None:
+    flag = {"prompt": "--problem_column", "answer": "--answer_column", "reference": "--reference_column"}.get(column)
+    candidates = {"prompt": ("problem", "question", "query", "input"),
+                  "answer": ("final_answer", "solution", "target", "label"),
+                  "reference": ("solution", "answer", "rationale", "reference_solution")}.get(column, ())
+    name = next((name for name in candidates if name in columns), None)
+    return f"`{flag} {name}`" if name else None
