@@ -42,7 +42,7 @@ from ..arg import (
 )
 from ..configs import ARGConfig
 from ..rewards import last_boxed
-from .common import completion_text, log_metric
+from .common import MethodModelCardMixin, check_reward_columns, completion_text, log_metric, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class _FailedGroup:
     fallback_too_long: bool = False
 
 
-class ARGTrainer(GRPOTrainer):
+class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
     """GRPO with Adaptive Reference Guidance for all-failure groups (ARG paper §4, Alg. 1, App. E).
 
     Args:
@@ -180,6 +180,8 @@ class ARGTrainer(GRPOTrainer):
         self._arg_inputs = None
         self._reference_tokens = {}  # reference text → (token ids, character offsets)
         self._replacement_calls = (None, 0)  # (global step, generations in it): seeds the replacement positions
+        check_reward_columns(train_dataset, reward_funcs, "ARG")
+        model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if self._is_vlm:
             raise ValueError("ARGTrainer supports text-only models; got a multimodal processor")
