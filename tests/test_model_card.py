@@ -4,6 +4,7 @@ method, cites its paper and carries the `ppm-trl` and method tags; the uploaded 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from types import SimpleNamespace
 
@@ -89,3 +90,80 @@ def test_card_keeps_user_tags(tmp_path, hub):
 
     tags = set(ModelCard.load(tmp_path / "tagged" / "README.md").data.tags)
     assert {"countdown", "ppm-trl", "ppm"} <= tags
+
+
+# ------------------------------------------------------------------ final saves: with `model="tiny"`, no checkpoints
+ARXIV = {"ppm": "2609.07303", "papo": "2603.26535", "arg": "2610.11128"}  # from the papers, not the classes
+
+
+def _tiny_trainer(method, output_dir, peft=False):
+    """A trainer built the way the README's quickstart builds one: `model="tiny"`, save_strategy "no"."""
+    from datasets import Dataset
+    from peft import LoraConfig
+
+    from ppm_trl import ARGConfig, ARGTrainer, PAPOConfig, PAPOTrainer, PPMConfig, PPMGRPOTrainer, make_dataset
+    from ppm_trl.rewards import accuracy_reward, env_outcome_reward
+
+    common = dict(output_dir=str(output_dir), use_cpu=True, bf16=False, per_device_train_batch_size=4,
+                  num_generations=4, max_completion_length=16, max_steps=1, report_to="none", save_strategy="no")
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]) if peft else None
+    if method == "arg":
+        data = Dataset.from_dict({"prompt": [[{"role": "user", "content": "3+4?"}]] * 4, "answer": ["7"] * 4,
+                                  "reference": ["3+4=7 \\boxed{7}"] * 4})
+        return ARGTrainer(model="tiny", reward_funcs=accuracy_reward, train_dataset=data, peft_config=peft_config,
+                          args=ARGConfig(arg_num_continuations=2, arg_max_accepted=2, arg_max_empty_prefix=2,
+                                         **common))
+    trainer_class, config_class = {"ppm": (PPMGRPOTrainer, PPMConfig), "papo": (PAPOTrainer, PAPOConfig)}[method]
+    return trainer_class(model="tiny", reward_funcs=env_outcome_reward, args=config_class(**common),
+                         train_dataset=make_dataset("multi_countdown", 1, 4), peft_config=peft_config)
+
+
+def _assert_method_card(path, method):
+    from huggingface_hub import ModelCard
+
+    paper = PAPERS[method]
+    card = ModelCard.load(path)
+    assert {"ppm-trl", paper["tag"]} <= set(card.data.tags)
+    trained_with = card.text.split("This model was trained with ", 1)[1].split("\n", 1)[0]
+    assert paper["name"] in trained_with
+    assert f"[{paper['title']}](https://huggingface.co/papers/{ARXIV[method]})" in trained_with
+    citation = card.text.split("```bibtex", 1)[1].split("```", 1)[0]
+    assert paper["title"] in citation and ARXIV[method] in citation
+    assert "[None]" not in card.text and "huggingface.co/None" not in card.text
+    base = os.path.join(os.path.dirname(os.path.abspath(path)), "initial_tiny_model")
+    assert f"fine-tuned version of the local model `{base}`" in card.text
+    return card
+
+
+@pytest.mark.parametrize("method", ["ppm", "papo", "arg"])
+def test_final_save_without_checkpoints_writes_the_method_card(method, tmp_path):
+    trainer = _tiny_trainer(method, tmp_path / "out")
+    trainer.save_model()  # what `ppm-trl train` does after `train()`; save_strategy "no": TRL writes no card
+    _assert_method_card(tmp_path / "out" / "README.md", method)
+
+
+def test_lora_save_has_the_method_card_and_a_loadable_absolute_base(tmp_path, monkeypatch, hub):
+    import shutil
+
+    from peft import AutoPeftModelForCausalLM
+
+    trainer = _tiny_trainer("ppm", tmp_path / "out", peft=True)
+    trainer.save_model()
+    out = tmp_path / "out"
+    _assert_method_card(out / "README.md", "ppm")  # not PEFT's boilerplate card
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert os.path.isabs(adapter["base_model_name_or_path"])
+    # The adapter alone, copied elsewhere and loaded from another working directory, finds its base model.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copytree(out, elsewhere / "adapter", ignore=shutil.ignore_patterns("initial_tiny_model"))
+    monkeypatch.chdir(elsewhere)
+    model = AutoPeftModelForCausalLM.from_pretrained("adapter")
+    assert any("lora_A" in name for name, _ in model.named_parameters())
+    # push_to_hub (Hub replaced at transformers' `hf_api`, see `hub`) uploads this same card.
+    saved = (out / "README.md").read_text()
+    assert f'model="{out}"' in saved  # the card's usage snippet loads the local save
+    trainer.push_to_hub()
+    assert "README.md" in hub.uploads[0]["files"]
+    pushed = (out / "README.md").read_text()
+    assert pushed == saved.replace(f'model="{out}"', 'model="someone/out"')

@@ -101,8 +101,13 @@ class MethodModelCardMixin:
         path = os.path.join(self.args.output_dir, "README.md")
         card = ModelCard.load(path)
         base = get_config_model_id(self.model.config)
+        text = card.text
         if card.data.base_model is None and base:
-            card.text = card.text.replace("[None](https://huggingface.co/None)", f"the local model `{base}`")
+            text = text.replace("[None](https://huggingface.co/None)", f"the local model `{base}`")
+        if self.hub_model_id is None:  # a local save: the card's usage snippet loads the local directory
+            text = text.replace('model="None"', f'model="{os.path.abspath(self.args.output_dir)}"')
+        if text != card.text:
+            card.text = text
             card.save(path)
 
 
