@@ -310,3 +310,43 @@ class ARGConfig(GRPOConfig):
             )
         if not self.arg_answer_marker:
             raise ValueError("arg_answer_marker must be a non-empty string such as '\\boxed'")
+
+
+def _arg_schedule_fields():
+    """ARG's own TRL defaults (Table 4, eq. 29), declared again on a composed config: a dataclass takes a field's
+    default from the last base that has the field, and every GRPOConfig subclass has all of TRL's."""
+    return dict(
+        warmup_steps=field(default=10, metadata={"help": "ARG Table 4: 10 warmup updates."}),
+        weight_decay=field(default=0.01, metadata={"help": "ARG Table 4: 0.01."}),
+        lr_scheduler_type=field(default="constant_with_warmup", metadata={"help": "ARG: constant after warmup."}),
+    )
+
+
+@dataclass
+class PPMARGConfig(PPMConfig, ARGConfig):
+    r"""Configuration of [`PPMARGTrainer`]: ARG's reference guidance for all-failure groups, then PPM's credit.
+
+    Every field of [`PPMConfig`] and [`ARGConfig`]. Where both papers set a TRL default, PPM's wins (it decides the
+    advantages): lr 3e-6, 16 generations, clip 0.20/0.28, no std division, masked truncations. The schedule (10
+    warmup updates, then constant; weight decay 0.01) and the guidance knobs (levels, caps, selector) are ARG's.
+    """
+
+    warmup_steps: float = _arg_schedule_fields()["warmup_steps"]
+    weight_decay: float = _arg_schedule_fields()["weight_decay"]
+    lr_scheduler_type: str = _arg_schedule_fields()["lr_scheduler_type"]
+
+
+@dataclass
+class PAPOARGConfig(PAPOConfig, ARGConfig):
+    r"""Configuration of [`PAPOARGTrainer`]: ARG's reference guidance for all-failure groups, then PAPO's credit.
+
+    Every field of [`PAPOConfig`] and [`ARGConfig`]. PAPO sets no TRL default of its own, so the optimisation
+    defaults are ARG's: lr 1e-6 (TRL's), 8 generations, clip [0.8, 1.3] (eq. 29), 10 warmup updates then constant,
+    weight decay 0.01.
+    """
+
+    epsilon: float = field(default=0.2, metadata={"help": "Lower clip: ratio ≥ 0.8 (ARG eq. 29)."})
+    epsilon_high: float | None = field(default=0.3, metadata={"help": "Upper clip: ratio ≤ 1.3 (ARG eq. 29)."})
+    warmup_steps: float = _arg_schedule_fields()["warmup_steps"]
+    weight_decay: float = _arg_schedule_fields()["weight_decay"]
+    lr_scheduler_type: str = _arg_schedule_fields()["lr_scheduler_type"]

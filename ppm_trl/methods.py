@@ -57,3 +57,7 @@ register_method(Method("papo", "ppm_trl.configs:PAPOConfig", "ppm_trl.trainers.p
                        summary="PAPO: outcome advantage + process advantage over the correct responses"))
 register_method(Method("arg", "ppm_trl.configs:ARGConfig", "ppm_trl.trainers.arg:ARGTrainer", extra_rewards=("format",),
                        summary="Adaptive Reference Guidance for all-failure groups (reward: accuracy + 0.2·format)"))
+register_method(Method("ppm+arg", "ppm_trl.configs:PPMARGConfig", "ppm_trl.trainers.composed:PPMARGTrainer",
+                       summary="ARG's guidance for all-failure groups, then PPM's segment credit on every row"))
+register_method(Method("papo+arg", "ppm_trl.configs:PAPOARGConfig", "ppm_trl.trainers.composed:PAPOARGTrainer",
+                       summary="ARG's guidance for all-failure groups, then PAPO's decoupled advantages"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from trl import GRPOConfig, GRPOTrainer
 
@@ -10,7 +12,7 @@ from ppm_trl.methods import METHODS, Method, get_method, register_method
 
 
 def test_every_method_names_importable_trl_classes():
-    assert {"grpo", "ppm", "papo", "arg"} <= set(METHODS)
+    assert {"grpo", "ppm", "papo", "arg", "ppm+arg", "papo+arg"} <= set(METHODS)
     for method in METHODS.values():
         assert issubclass(method.config_class(), GRPOConfig), method.name
         assert issubclass(method.trainer_class(), GRPOTrainer), method.name
@@ -28,7 +30,7 @@ def test_ppm_trl_exports_every_registered_trainer_and_config():
 
 
 def test_unknown_and_duplicate_methods_are_errors():
-    with pytest.raises(ValueError, match="unknown method 'ppo'; accepted: grpo, ppm, papo, arg"):
+    with pytest.raises(ValueError, match=re.escape("unknown method 'ppo'; accepted: grpo, ppm, papo, arg, ppm+arg, papo+arg")):
         get_method("ppo")
     with pytest.raises(ValueError, match="already registered"):
         register_method(Method("ppm", "ppm_trl.configs:PPMConfig", "ppm_trl.trainers.ppm:PPMGRPOTrainer"))

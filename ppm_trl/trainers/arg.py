@@ -230,8 +230,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
     def _guide_failed_groups(self, prompts, prompt_ids, completion_ids, completions, logprobs) -> None:
         """Alg. 1 lines 4–18 for this generation batch; overwrites failed rows of the lists in place."""
         args, group_size = self.args, self.num_generations
-        rewards = self._calculate_rewards(self._arg_inputs, prompts, completions, completion_ids)
-        self._discard_pending_reward_logs()  # TRL scores the final rows again and logs those
+        rewards = self._verify(self._arg_inputs, prompts, completions, completion_ids)
         verdict = rewards[:, 0]
         scored = ~torch.isnan(verdict)
         failed = (scored & (verdict <= 0)).view(-1, group_size).all(dim=1)  # every row scored and incorrect
@@ -328,8 +327,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
             row_inputs.append(inputs[row])
             row_prompt_ids.append(prompt_ids[row])
         texts = self._decode(row_prompts, row_prompt_ids, candidate_ids)
-        rewards = self._calculate_rewards(row_inputs, row_prompts, texts, candidate_ids)  # collective, gathered
-        self._discard_pending_reward_logs()
+        rewards = self._verify(row_inputs, row_prompts, texts, candidate_ids)  # collective, gathered
         start = self.accelerator.process_index * num_rows
         verdict = rewards[start : start + num_rows, 0].cpu()
         stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
@@ -494,10 +492,14 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         eos = self._tokenizer.eos_token_id
         return eos if eos in self.eos_token_ids else self.eos_token_ids[0]
 
-    def _discard_pending_reward_logs(self) -> None:
-        """An early `_calculate_rewards` call queues reward-function logs that TRL would log twice: drop them."""
+    def _verify(self, inputs, prompts, completions, completion_ids) -> torch.Tensor:
+        """(B_global, F) rewards of the reward functions alone — TRL's `_calculate_rewards`, not a crediting
+        subclass's (a composed trainer's PPM progress or PAPO process scores would spend judge calls on rows that
+        guidance only needs verdicts for). TRL scores the final rows again and logs those: drop this call's logs."""
+        rewards = GRPOTrainer._calculate_rewards(self, inputs, prompts, completions, completion_ids)
         self._pending_extra_logs.clear()
         self._pending_metrics.clear()
+        return rewards
 
     def _replacement_generator(self) -> torch.Generator:
         """Per-rank generator for the uniform replacement positions, reproducible across resumes (no saved state)."""

@@ -1,0 +1,57 @@
+"""Composed trainers: ARG's reference guidance decides which rows a group holds, PPM or PAPO decides their credit.
+
+Composition is Python's method resolution order over the single-method trainers, with no hook written twice:
+
+    PPMARGTrainer → ARGTrainer → PPMGRPOTrainer → GRPOTrainer
+
+`_generate` is ARG's (all-failure groups get accepted continuations or the reference, verified by the reward
+functions alone, `ARGTrainer._verify`), then TRL scores the FINAL rows: `_calculate_rewards` is PPM's (segment
+progress of every row, inserted ones judged like any rollout) or PAPO's (process scores of the correct rows), and
+`_generate_and_score_completions` replaces TRL's advantages with PPM's (B, T) or PAPO's (B,) ones. ARG's own
+advantage (accuracy + 0.2·format, std-normalised) is thereby replaced by the crediting method's; its selector
+feedback is unchanged. The dataset needs both methods' columns (`reference`; `reasoning_points` for PPM).
+"""
+
+from __future__ import annotations
+
+from ..configs import PAPOARGConfig, PPMARGConfig
+from .arg import ARGTrainer
+from .papo import PAPOTrainer
+from .ppm import PPMGRPOTrainer
+
+
+def _joined_paper(credit: type, guidance: type = ARGTrainer) -> dict:
+    """The model card's paper entry: the crediting method's paper first, both BibTeX entries."""
+    return {
+        "title": f"{credit._paper['title']} + {guidance._paper['title']}",
+        "id": credit._paper["id"],
+        "citation": credit._paper["citation"] + "\n\n" + guidance._paper["citation"],
+    }
+
+
+class PPMARGTrainer(ARGTrainer, PPMGRPOTrainer):
+    """ARG's guidance for all-failure groups (ARG §4, Alg. 1), then PPM's segment progress and per-token advantages
+    over all rows of the final groups (PPM §4–5). Takes a [`PPMARGConfig`] and PPM's `progress_scorer` argument."""
+
+    _tag_names = ["trl", "grpo", "ppm", "arg", "ppm+arg", "ppm-trl"]
+    _name = "PPM-GRPO + ARG"
+    _paper = _joined_paper(PPMGRPOTrainer)
+
+    def __init__(self, model, reward_funcs, args: PPMARGConfig | None = None, train_dataset=None, **kwargs):
+        if not isinstance(args, PPMARGConfig):
+            raise TypeError(f"PPMARGTrainer needs a PPMARGConfig, got {type(args).__name__}")
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+
+
+class PAPOARGTrainer(ARGTrainer, PAPOTrainer):
+    """ARG's guidance for all-failure groups (ARG §4, Alg. 1), then PAPO's A_out + λ·A_proc over the final groups
+    (PAPO §4.1): inserted correct rows are rubric-scored like any correct response. Takes a [`PAPOARGConfig`]."""
+
+    _tag_names = ["trl", "grpo", "papo", "arg", "papo+arg", "ppm-trl"]
+    _name = "PAPO + ARG"
+    _paper = _joined_paper(PAPOTrainer)
+
+    def __init__(self, model, reward_funcs, args: PAPOARGConfig | None = None, train_dataset=None, **kwargs):
+        if not isinstance(args, PAPOARGConfig):
+            raise TypeError(f"PAPOARGTrainer needs a PAPOARGConfig, got {type(args).__name__}")
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
