@@ -157,6 +157,9 @@ class JudgeServer:
         script: tuple[str | None, ...] = (),
         max_requests: int = 20_000,
         max_lifetime: float = 300.0,
+        rate_limit_headers: dict[str, str] | None = None,
+        echo_authorization: bool = False,
+        usage: object = "count",
     ):
         unknown = (set(fault_kinds) | set(script)) - set(ALL_FAULT_KINDS) - {None}
         if unknown:
@@ -170,6 +173,9 @@ class JudgeServer:
         self.script = list(script)  # faults of the first requests, in arrival order (None = answer normally)
         self.max_requests = max_requests
         self.max_lifetime = max_lifetime
+        self.rate_limit_headers = dict(rate_limit_headers or {})  # more 429 headers, e.g. {"retry-after-ms": "5000"}
+        self.echo_authorization = echo_authorization  # a careless server: error bodies quote the Authorization header
+        self.usage = usage  # "count": real token counts; anything else is sent as the 200 replies' `usage` verbatim
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests = 0
@@ -284,12 +290,14 @@ class JudgeServer:
         await asyncio.sleep(self.latency)
         if fault == "rate_limit":
             error = {"error": {"message": "rate limited", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
-            return "429 Too Many Requests", {} if self.retry_after is None else {"Retry-After": self.retry_after}, error
+            extra = {} if self.retry_after is None else {"Retry-After": self.retry_after}
+            return "429 Too Many Requests", extra | self.rate_limit_headers, error
+        echoed = f" (received Authorization: {headers.get('authorization', '')})" if self.echo_authorization else ""
         if fault == "unauthorized":
-            error = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}
+            error = {"error": {"message": "Incorrect API key provided" + echoed, "type": "invalid_request_error", "code": "invalid_api_key"}}
             return "401 Unauthorized", {}, error
         if fault == "bad_request":
-            error = {"error": {"message": "context length exceeded", "type": "invalid_request_error", "code": "context_length_exceeded"}}
+            error = {"error": {"message": "context length exceeded" + echoed, "type": "invalid_request_error", "code": "context_length_exceeded"}}
             return "400 Bad Request", {}, error
         if fault == "server_error":
             return "500 Internal Server Error", {}, {"error": {"message": "boom", "type": "server_error"}}
@@ -312,5 +320,5 @@ class JudgeServer:
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
-            },
+            } if self.usage == "count" else self.usage,
         }

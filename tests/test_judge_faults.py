@@ -1,0 +1,192 @@
+"""Judge faults from the red-team pass (issue 16), one fault kind per test on the loopback server, both transports:
+a Retry-After far in the future never hangs, a 200 with junk usage never crashes a batch, a key echoed by the
+server never reaches a log record or an exception, and the cache never serves another request's answer."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before LiteLLM is imported: no network
+
+import pytest  # noqa: E402
+from judge_server import JudgeServer  # noqa: E402
+
+from ppm_trl.judge import JudgeConfigurationError, LiteLLMJudge  # noqa: E402
+from ppm_trl.judge.cache import ResponseCache, request_fingerprint, request_key  # noqa: E402
+from ppm_trl.judge.client import redact  # noqa: E402
+
+POINTS = ['The solution contains "alpha".', 'The solution contains "beta".', 'The solution contains "gamma".']
+TRANSPORTS = ["litellm", "openai_http"]
+FAST = dict(timeout=5.0, backoff_base=0.005, backoff_max=0.02, max_concurrency=8)
+
+
+@pytest.fixture(autouse=True)
+def dummy_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
+
+
+def judge_for(server: JudgeServer, **kwargs) -> LiteLLMJudge:
+    return LiteLLMJudge("openai/scripted-judge", api_base=server.api_base, **(FAST | kwargs))
+
+
+def within(seconds: float, function):
+    """`function()`'s result, or a test failure if it has not returned after `seconds` (the thread is left asleep)."""
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.update(value=function()), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    return outcome["value"]
+
+
+# ------------------------------------------------------------------------------------------ #16 item 1
+DECADES_AHEAD = email.utils.formatdate(time.time() + 40 * 365 * 86400, usegmt=True)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(("retry_after", "more_headers"), [
+    ("3600", {}),  # seconds
+    (DECADES_AHEAD, {}),  # an HTTP date
+    (None, {"retry-after-ms": "3600000"}),  # OpenAI's millisecond header
+], ids=["seconds", "http-date", "retry-after-ms"])
+def test_a_long_retry_after_is_capped_by_backoff_max(transport, retry_after, more_headers):
+    with JudgeServer(retry_after=retry_after, rate_limit_headers=more_headers) as server:
+        judge = judge_for(server, transport=transport, backoff_max=0.05, timeout=1.5, num_retries=2)
+        judge.complete([[{"role": "user", "content": "warm up"}]])  # the first LiteLLM call imports; not timed
+        server.reset_counters()
+        server.script = ["rate_limit", "rate_limit"]
+        started = time.perf_counter()
+        assert within(20, lambda: judge.grade_prefixes([("P", POINTS, "beta")])) == [[False, True, False]]
+        elapsed = time.perf_counter() - started
+        judge.close()
+    assert server.requests == 3 and judge.stats.retries == 2
+    assert elapsed < 10  # two capped waits of <= 0.05 s each, not an hour
+
+
+def test_the_backoff_cap_is_also_the_attempt_timeout():
+    judge = LiteLLMJudge("openai/x", timeout=0.2, backoff_max=30.0)
+    assert judge._backoff(0, 3600.0) == 0.2 and judge._backoff(10, None) <= 0.2
+    assert LiteLLMJudge("openai/x", backoff_max=0.5)._backoff(0, 0.1) >= 0.1  # a short Retry-After is honoured
+
+
+# ------------------------------------------------------------------------------------------ #16 item 4
+BAD_USAGE = [
+    {"prompt_tokens": "n/a", "completion_tokens": "n/a", "total_tokens": "n/a"},
+    {"prompt_tokens": None, "completion_tokens": 3, "total_tokens": None},
+    {"prompt_tokens": {"cached": [1, 2]}, "completion_tokens": [7], "total_tokens": {}},
+    {"prompt_tokens": float("nan"), "completion_tokens": True},
+    "n/a",
+]
+BAD_USAGE_IDS = ["strings", "null", "nested", "nan-and-bool", "not-an-object"]
+GRADED = [("P", POINTS, "alpha"), ("P", POINTS, "gamma beta")]
+
+
+@pytest.mark.parametrize("usage", BAD_USAGE, ids=BAD_USAGE_IDS)
+def test_usage_that_is_not_numbers_is_counted_not_fatal(usage):
+    with JudgeServer(usage=usage) as server, judge_for(server, transport="openai_http") as judge:
+        grades = judge.grade_prefixes(GRADED)
+        stats = judge.stats.snapshot()
+    assert grades == [[True, False, False], [False, True, True]]
+    assert (stats["failures"], stats["retries"], stats["usage_unknown"], stats["cost_unknown"]) == (0, 0, 2, 2)
+    assert (stats["prompt_tokens"], stats["completion_tokens"], stats["cost"]) == (0, 0, 0.0)
+
+
+@pytest.mark.parametrize("usage", BAD_USAGE, ids=BAD_USAGE_IDS)
+def test_usage_that_is_not_numbers_never_fails_a_batch_through_litellm(usage):
+    # LiteLLM 1.82.6 itself refuses most such replies (`litellm.Usage(**usage)` raises in its response conversion,
+    # surfaced as an InternalServerError) and reads null as 0: an item is then retried and, at worst, unscorable
+    # and counted; the batch always returns.
+    with JudgeServer(usage=usage) as server, judge_for(server, transport="litellm", num_retries=1) as judge:
+        grades = judge.grade_prefixes(GRADED)
+        stats = judge.stats.snapshot()
+    assert all(grade in (None, expected) for grade, expected in zip(grades, [[True, False, False], [False, True, True]]))
+    assert sum(grade is None for grade in grades) == stats["failures"]
+
+
+# ------------------------------------------------------------------------------------------ #16 item 5
+SECRET = "jc-7f3a9b21c4d8e6f0"  # no KEY/TOKEN/SECRET in the variable's name, no `sk-` prefix
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_key_echoed_by_the_server_is_in_no_log_and_no_exception(monkeypatch, caplog, transport):
+    monkeypatch.setenv("JUDGE_CRED", SECRET)
+    with JudgeServer(script=("bad_request", "server_error", "unauthorized"), echo_authorization=True) as server:
+        judge = judge_for(server, transport=transport, api_key_env="JUDGE_CRED", num_retries=1)
+        with caplog.at_level(logging.DEBUG):
+            assert judge.grade_prefixes([("P", POINTS, "alpha")]) == [None]  # 400: this item fails, with a warning
+            with pytest.raises(JudgeConfigurationError) as raised:  # a 500 (retried), then a 401
+                judge.grade_prefixes([("P", POINTS, "beta")])
+        judge.close()
+    assert server.authorization[0] == f"Bearer {SECRET}"  # the server did receive (and echo) the key
+    assert "unscorable" in caplog.text and "HTTP 401" in str(raised.value)
+    records = [record.getMessage() for record in caplog.records]
+    assert records and not [record for record in records if SECRET in record]
+    assert SECRET not in str(raised.value) and SECRET not in repr(raised.value)
+
+
+def test_redact_masks_configured_keys_and_credential_headers(monkeypatch):
+    monkeypatch.setenv("JUDGE_CRED", SECRET)
+    LiteLLMJudge("openai/x", api_key_env="JUDGE_CRED")  # configuring a judge is what makes its key variable known
+    assert redact(f"token {SECRET} leaked") == "token *** leaked"
+    echoed = ('{"detail": "bad Authorization: Bearer abc.DEF-123", "headers": {"api-key": "k-987654", '
+              "'x-api-key': 'zz99', \"authorization\":\"Basic dXNlcjpwYXNz\"}, \"again\": \"bearer qwerty\"}")
+    masked = redact(echoed)
+    for value in ("abc.DEF-123", "k-987654", "zz99", "dXNlcjpwYXNz", "qwerty"):
+        assert value not in masked
+    assert "Authorization: Bearer ***" in masked and '"api-key": "***"' in masked
+    assert redact("HTTP 429: rate limited (retry in 2 s)") == "HTTP 429: rate limited (retry in 2 s)"
+
+
+# ------------------------------------------------------------------------------------------ #16 item 8
+def test_two_servers_behind_one_model_string_and_two_transports_do_not_share_answers(tmp_path):
+    items = [("P", POINTS, "alpha"), ("P", POINTS, "beta")]
+    with JudgeServer() as first, JudgeServer() as second:
+        with judge_for(first, cache_dir=tmp_path) as judge:
+            judge.grade_prefixes(items)
+        with judge_for(second, cache_dir=tmp_path) as judge:
+            judge.grade_prefixes(items)
+        with judge_for(second, cache_dir=tmp_path, transport="openai_http") as judge:
+            judge.grade_prefixes(items)
+        with judge_for(second, cache_dir=tmp_path, transport="openai_http") as judge:  # the same again: cached
+            judge.grade_prefixes(items)
+            assert judge.stats.cache_hits == 2
+    assert (first.requests, second.requests) == (2, 4)
+
+
+@pytest.mark.parametrize("planted", ["another request's entry", "an entry without its request", "not JSON"])
+def test_a_planted_or_mismatched_cache_file_is_ignored_and_counted(tmp_path, caplog, planted):
+    alpha, beta, gamma = ("P", POINTS, "alpha zq1"), ("P", POINTS, "beta zq2"), ("P", POINTS, "gamma zq3")
+    with JudgeServer() as server:
+        with judge_for(server, cache_dir=tmp_path) as judge:
+            judge.grade_prefixes([alpha, beta, gamma])
+        paths = {}
+        for body in server.bodies:  # each request's cache file, from the messages the server received
+            fingerprint = request_fingerprint("openai/scripted-judge", server.api_base, "litellm", body["messages"],
+                                              {"temperature": 0.0})
+            marker = next(word for word in ("zq1", "zq2", "zq3") if word in body["messages"][-1]["content"])
+            paths[{"zq1": "alpha", "zq2": "beta", "zq3": "gamma"}[marker]] = tmp_path / request_key(fingerprint)[:2] / f"{request_key(fingerprint)}.json"
+        assert all(path.exists() for path in paths.values())
+        for target in ("beta", "gamma"):  # both now hold alpha's answer: a reader trusting them grades alpha
+            if planted == "another request's entry":
+                shutil.copy(paths["alpha"], paths[target])
+            elif planted == "an entry without its request":  # also what an entry of the previous format looks like
+                entry = json.loads(paths["alpha"].read_text())
+                paths[target].write_text(json.dumps({"model": entry["request"]["model"], "content": entry["content"]}))
+            else:
+                paths[target].write_text("{ not json")
+        server.reset_counters()
+        with judge_for(server, cache_dir=tmp_path) as judge, caplog.at_level(logging.WARNING):
+            grades = judge.grade_prefixes([alpha, beta, gamma])
+            stats = judge.stats.snapshot()
+    assert grades == [[True, False, False], [False, True, False], [False, False, True]]
+    assert (stats["cache_hits"], stats["cache_rejected"], stats["calls"], server.requests) == (1, 2, 2, 2)
+    assert caplog.text.count("does not match its key") == 1  # warned once per cache, counted each time
+    assert ResponseCache(tmp_path).get(request_key(request_fingerprint(
+        "openai/scripted-judge", server.api_base, "litellm", server.bodies[0]["messages"], {"temperature": 0.0}
+    )))["content"]  # and the re-asked answers replaced the planted files
