@@ -55,7 +55,25 @@ class JudgeArguments:
                   "`judge_api_base`, ~5x less client CPU per request; see BENCHMARKS.md)."},
     )
     judge_api_key_env: str | None = field(
-        default=None, metadata={"help": "Name of the environment variable holding the judge's API key (never the key)."}
+        default=None,
+        metadata={"help": "Name of the environment variable holding the judge's API key (never the key). Default: "
+                  "the provider's (`OPENAI_API_KEY` for `openai/...`, `HOSTED_VLLM_API_KEY` for `hosted_vllm/...`). "
+                  "A local OpenAI-compatible server that needs no key needs none set, with either transport."},
+    )
+    judge_probe: bool = field(
+        default=True,
+        metadata={"help": "Send one tiny request (not cached, not counted) when the trainer is built: a refused or "
+                  "missing key, an unknown model or URL, or no server at `judge_api_base` stops with a clear "
+                  "error before training; a transient error (429/5xx/timeout) only warns."},
+    )
+    judge_max_unscorable_frac: float = field(
+        default=1.0,
+        metadata={"help": "Stop training when this fraction (in (0, 1]) of the judge's requests over the last "
+                  "`judge_unscorable_window` steps with judge requests were unscorable. 1.0: stop when every "
+                  "request of the window failed (a judge that cannot judge, never a silent zero-reward run)."},
+    )
+    judge_unscorable_window: int = field(
+        default=1, metadata={"help": "Steps (with judge requests) over which `judge_max_unscorable_frac` is measured."}
     )
     judge_cache_dir: str | None = field(
         default=None,

@@ -1,15 +1,28 @@
 """`ppm-trl prepare`: reasoning points and obsoletion graph for every row of a dataset (PPM paper App. D).
 
-For each row the judge turns the reference solution into a rubric of reasoning points (whose last item must state
-the final answer: the `answer` column when the dataset has one, else the reference's last `\\boxed{}` or
-`<answer>`), then builds the obsoletion graph over those points, validated by `ReasoningGraph`. Finished rows are
-appended to `prepare_progress.jsonl` in the output (or work) directory as they complete, so an interrupted run
-resumes without redoing them; rows the judge could not do are listed in `prepare_failures.jsonl` and retried by
-the next run. The result is the input dataset plus the columns `reasoning_points` (list[str]) and
-`reasoning_graph` (list of {"if_all": [...], "makes_obsolete": [...]}, 1-based), saved with `save_to_disk` or
-pushed to the Hub.
+Each row's gold final answer comes from `--answer-column` when given, else from the reference solution: its last
+`\\boxed{}` (or `<answer>`; MATH-style), else its last `#### ` line (GSM8K-style). A row without one is skipped
+before any judge call and listed in the failures file. The judge is probed with one tiny request first (a refused
+key, an unknown model or no server stop the run before any work). Then the judge turns each reference solution
+into a rubric of reasoning points, whose last one must state the gold answer (checked with math-verify), and
+builds the obsoletion graph over those points, validated by `ReasoningGraph`. Finished rows are appended to
+`prepare_progress.jsonl` in the output (or work) directory as they complete, so an interrupted run (Ctrl-C: exit
+130) resumes without redoing them; rows that failed are listed in `prepare_failures.jsonl` with the real reason (a
+judge request error such as HTTP 400 "maximum context length", or an answer that could not be read) and are
+retried by the next run.
 
-    ppm-trl prepare --dataset data.jsonl --reference-column solution --problem-column problem \\
+The result trains as-is with `ppm-trl train --method ppm|papo|arg`: the input columns plus
+  prompt            [{"role": "user", "content": <problem>}] (a conversational problem cell is kept as it is)
+  answer            the gold final answer (for `accuracy_reward`)
+  reference         the worked reference solution (PAPO's judge, ARG's guidance)
+  reasoning_points  list[str], the last one stating the answer
+  reasoning_graph   list of {"if_all": [...], "makes_obsolete": [...]}, 1-based
+An input column `prompt`/`answer`/`reference` whose values differ is replaced, its values kept as
+`original_<name>` (reported). Saved with `save_to_disk` or pushed to the Hub.
+
+    ppm-trl prepare --dataset gsm8k.jsonl --problem-column question --reference-column answer \\
+        --judge-model hosted_vllm/Qwen/Qwen3-8B --api-base http://127.0.0.1:8000/v1 --out prepared/
+    ppm-trl prepare --dataset math.jsonl --problem-column problem --reference-column solution \\
         --judge-model gemini/gemini-2.5-flash-lite --out prepared/
     python -m ppm_trl.prepare ...   (same arguments)
 """
@@ -25,10 +38,16 @@ import sys
 from typing import Any
 
 from ppm_trl.judge import LiteLLMJudge, final_answer_of
+from ppm_trl.judge import loop as judge_loop
+from ppm_trl.judge.tasks import REQUEST_ERROR, JudgeFailure
 from ppm_trl.judge.transport import TRANSPORTS
 
 PROGRESS_FILE = "prepare_progress.jsonl"
 FAILURES_FILE = "prepare_failures.jsonl"
+NO_ANSWER = "no_answer"  # failure kind of a row whose gold answer cannot be found (no judge call is spent on it)
+WRITTEN_COLUMNS = ("prompt", "answer", "reference")
+_GSM8K_ANSWER = re.compile(r"^[ \t]*####[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _DATA_FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 
 
@@ -41,8 +60,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     data.add_argument("--reference-column", required=True, help="Column with the reference solution text.")
     data.add_argument("--problem-column", default="prompt",
                       help="Column with the problem: plain text or a conversational prompt (last user message).")
-    data.add_argument("--answer-column", default="answer",
-                      help="Gold final answer the last point must state, used when the column exists.")
+    data.add_argument("--answer-column", default=None,
+                      help="Column with the gold final answer (default: extracted from the reference solution: its "
+                           "last \\boxed{}, else a GSM8K '#### ' line).")
     data.add_argument("--limit", type=int, default=None, help="Prepare only the first N rows.")
     judge = parser.add_argument_group("judge")
     judge.add_argument("--judge-model", required=True, help="LiteLLM model string, e.g. gemini/gemini-2.5-flash-lite.")
@@ -64,6 +84,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     output.add_argument("--drop-invalid", action="store_true",
                         help="Write the dataset without the rows the judge could not prepare (default: fail).")
     output.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
+    judge.add_argument("--no-judge-probe", action="store_true",
+                       help="Skip the one tiny request that checks the judge (key, model, server) before any work.")
     return parser
 
 
@@ -105,8 +127,23 @@ def problem_of(value: Any, column: str, index: int) -> str:
     raise ValueError(f"row {index}: column {column!r} must be non-empty text or a list of chat messages, got {value!r:.200}")
 
 
+class PrepareInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `prepare`: the finished rows are in the progress file; the same command resumes."""
+
+    def __init__(self, finished: int, total: int):
+        super().__init__(f"interrupted after {finished}/{total} rows; rerun the same command to resume")
+        self.finished, self.total = finished, total
+
+
+class PrepareFailed(RuntimeError):
+    """Some rows could not be prepared (listed in the failures file) and --drop-invalid was not given."""
+
+
 def check_columns(dataset, args: argparse.Namespace) -> None:
-    for flag, column in (("--reference-column", args.reference_column), ("--problem-column", args.problem_column)):
+    named = [("--reference-column", args.reference_column), ("--problem-column", args.problem_column)]
+    if args.answer_column is not None:
+        named.append(("--answer-column", args.answer_column))
+    for flag, column in named:
         if column not in dataset.column_names:
             raise ValueError(f"{flag} {column!r} is not a column of {args.dataset}; columns: {dataset.column_names}")
     for index, reference in enumerate(dataset[args.reference_column]):
@@ -146,36 +183,103 @@ def read_progress(path: str, meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return done
 
 
-def _answer_of(row: dict[str, Any], args: argparse.Namespace) -> str | None:
-    answer = row.get(args.answer_column)
-    if answer is not None and str(answer).strip():
-        return str(answer).strip()
-    return final_answer_of(row[args.reference_column])
+def gsm8k_answer_of(reference: str) -> str | None:
+    """The answer of a GSM8K-style solution's last `#### 72` line (thousands separators removed)."""
+    found = _GSM8K_ANSWER.findall(reference) if isinstance(reference, str) else []
+    if not found:
+        return None
+    answer = found[-1].rstrip(".").strip()
+    return answer.replace(",", "") if _THOUSANDS.fullmatch(answer) else answer
 
 
-async def _prepare_pending(judge: LiteLLMJudge, jobs, progress, bar, window: int) -> dict[int, str]:
-    """Points then graph for each pending row, appending each finished row to the progress file."""
+def answer_of(row: dict[str, Any], args: argparse.Namespace) -> tuple[str | None, str]:
+    """(gold final answer or None, where it came from: the column name, 'boxed', 'gsm8k' or 'none')."""
+    if args.answer_column is not None:
+        value = row[args.answer_column]
+        text = "" if value is None else str(value).strip()
+        return (text or None), args.answer_column
+    boxed = final_answer_of(row[args.reference_column])
+    if boxed is not None:
+        return boxed, "boxed"
+    gsm8k = gsm8k_answer_of(row[args.reference_column])
+    return (gsm8k, "gsm8k") if gsm8k is not None else (None, "none")
+
+
+def describe_answers(sources: list[str], args: argparse.Namespace) -> str:
+    """One line saying where the gold answers came from, e.g. "GSM8K-style answers: 20/20 extracted"."""
+    total = len(sources)
+    if args.answer_column is not None:
+        found = sum(source != "none" for source in sources)
+        return f"answers from column {args.answer_column!r}: {found}/{total} non-empty"
+    column = args.reference_column
+    names = {"boxed": ("MATH-style answers", f"last \\boxed{{}} of {column!r}"),
+             "gsm8k": ("GSM8K-style answers", f"'#### ' line of {column!r}")}
+    parts = [f"{names[kind][0]}: {sources.count(kind)}/{total} extracted ({names[kind][1]})"
+             for kind in ("boxed", "gsm8k") if kind in sources]
+    if "none" in sources:
+        parts.append(f"no answer found: {sources.count('none')}/{total} (skipped, listed in {FAILURES_FILE})")
+    return "; ".join(parts) if parts else "no rows"
+
+
+def _failure(stage: str, result: JudgeFailure | None, what: str) -> dict[str, str]:
+    """A failures-file record: the real reason a judge step failed."""
+    if isinstance(result, JudgeFailure) and result.kind == REQUEST_ERROR:
+        return {"stage": stage, "kind": REQUEST_ERROR,
+                "reason": f"judge request failed ({stage}) after {result.attempts} attempt(s): {result.reason}"}
+    detail = f" after {result.attempts} attempt(s); last {result.reason}" if isinstance(result, JudgeFailure) else ""
+    return {"stage": stage, "kind": "unreadable", "reason": f"judge answered but {what}{detail}"}
+
+
+async def _prepare_pending(judge: LiteLLMJudge, jobs, progress, bar, window: int, finished: list[int]):
+    """Points then graph for each pending row, appending each finished row to the progress file (and counting it
+    in `finished[0]`); returns the failure record of each row that failed."""
     slots = asyncio.Semaphore(window)
-    failures: dict[int, str] = {}
+    failures: dict[int, dict[str, str]] = {}
 
-    async def one(index: int, problem: str, reference: str, answer: str | None) -> None:
+    async def one(index: int, problem: str, reference: str, answer: str) -> None:
         async with slots:
-            points = await judge.agenerate_points(problem, reference, answer)
-            if points is None:
-                failures[index] = ("no readable <rubric> whose last point states the final answer "
-                                   f"{answer!r}" if answer else "no readable <rubric>")
+            points = await judge.agenerate_points(problem, reference, answer, explain=True)
+            if not points:
+                failures[index] = _failure("rubric", points, "no readable <rubric> whose last point states the final "
+                                           f"answer {answer!r}")
             else:
-                graph = await judge.agenerate_graph(problem, points)
-                if graph is None:
-                    failures[index] = "no valid <makes_obsolete_graph> over the points"
+                graph = await judge.agenerate_graph(problem, points, explain=True)
+                if isinstance(graph, JudgeFailure):
+                    failures[index] = _failure("graph", graph, f"no valid <makes_obsolete_graph> over the {len(points)} "
+                                               "points")
                 else:
                     record = {"index": index, "reasoning_points": points, "reasoning_graph": graph}
                     progress.write(json.dumps(record, ensure_ascii=False) + "\n")
                     progress.flush()
+                    finished[0] += 1
         bar.update(1)
 
     await asyncio.gather(*(one(*job) for job in jobs))
     return failures
+
+
+def _run_interruptibly(judge: LiteLLMJudge, factory, finished: list[int], total: int):
+    """Run the prepare coroutine on the judge loop; on Ctrl-C cancel it (no request left running, no second
+    traceback from the loop's thread) and raise `PrepareInterrupted`."""
+    loop, _ = judge_loop.judge_loop()
+    future = asyncio.run_coroutine_threadsafe(factory(), loop)
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        future.cancel()
+        try:
+            future.exception(timeout=10)  # wait for the cancellation to reach the tasks
+        except BaseException:  # noqa: BLE001 - cancelled, a timeout, or a second Ctrl-C: all mean "stop"
+            pass
+        raise PrepareInterrupted(finished[0], total) from None
+
+
+def _summary(failures: dict[int, dict[str, str]]) -> str:
+    kinds = {NO_ANSWER: "without a final answer (no judge call)", REQUEST_ERROR: "judge request error",
+             "unreadable": "judge answer unreadable"}
+    counts = [f"{sum(f['kind'] == kind for f in failures.values())} {label}" for kind, label in kinds.items()
+              if any(f["kind"] == kind for f in failures.values())]
+    return ", ".join(counts)
 
 
 def run_prepare(args: argparse.Namespace):
@@ -189,26 +293,49 @@ def run_prepare(args: argparse.Namespace):
     os.makedirs(work_dir, exist_ok=True)
     meta = {"dataset": args.dataset, "split": args.split, "config_name": args.config_name,
             "reference_column": args.reference_column, "problem_column": args.problem_column,
-            "judge_model": args.judge_model}
+            "answer_column": args.answer_column, "judge_model": args.judge_model}
     progress_path = os.path.join(work_dir, PROGRESS_FILE)
     done = read_progress(progress_path, meta)
     rows = dataset.to_list()
-    jobs = [(index, problem_of(row[args.problem_column], args.problem_column, index), row[args.reference_column],
-             _answer_of(row, args)) for index, row in enumerate(rows) if index not in done]
+    problems = [problem_of(row[args.problem_column], args.problem_column, index) for index, row in enumerate(rows)]
+    answers, sources = zip(*(answer_of(row, args) for row in rows)) if rows else ((), ())
+    print(f"prepare: {describe_answers(list(sources), args)}")
+    if rows and not any(answers):
+        raise ValueError(f"no final answer found in any row of {args.dataset}: "
+                         + (f"column {args.answer_column!r} is empty" if args.answer_column else
+                            f"column {args.reference_column!r} has no \\boxed{{}} and no GSM8K '#### ' line")
+                         + "; name the gold answer column with --answer-column")
+    failures: dict[int, dict[str, str]] = {
+        index: {"stage": "answer", "kind": NO_ANSWER,
+                "reason": f"no final answer: column {args.answer_column!r} is empty" if args.answer_column else
+                f"no final answer: column {args.reference_column!r} has no \\boxed{{}} and no '#### ' line "
+                "(name the answer column with --answer-column)"}
+        for index in range(len(rows)) if index not in done and answers[index] is None}
+    for column in WRITTEN_COLUMNS:  # refused now, not after the judge's work
+        if column in dataset.column_names and f"original_{column}" in dataset.column_names:
+            raise ValueError(f"the input has both {column!r} and 'original_{column}' columns: prepare writes its own "
+                             f"{column!r} and keeps an input one as 'original_{column}'; rename or drop one of them")
+    jobs = [(index, problems[index], rows[index][args.reference_column], answers[index])
+            for index in range(len(rows)) if index not in done and index not in failures]
     print(f"prepare: {len(rows)} rows, {len(done)} already done in {progress_path}, {len(jobs)} to prepare")
 
     judge = LiteLLMJudge(args.judge_model, api_base=args.api_base, max_concurrency=args.max_concurrency,
                          timeout=args.timeout, num_retries=args.num_retries, temperature=args.temperature,
                          cache_dir=args.cache_dir or os.path.join(work_dir, "judge_cache"),
                          api_key_env=args.api_key_env, transport=args.transport)
+    if jobs and not args.no_judge_probe:
+        judge.probe()  # a judge that cannot answer fails here, before any row's work
+    finished = [len(done)]  # rows in the progress file, for the Ctrl-C message
     with open(progress_path, "a", encoding="utf-8") as progress, \
             tqdm(total=len(rows), initial=len(done), desc="prepare", disable=args.no_progress) as bar:
         if not done:
             progress.write(json.dumps({"meta": meta}) + "\n")
         try:
-            failures = judge.run(lambda: _prepare_pending(judge, jobs, progress, bar, 2 * args.max_concurrency))
+            failures |= _run_interruptibly(
+                judge, lambda: _prepare_pending(judge, jobs, progress, bar, 2 * args.max_concurrency, finished),
+                finished, len(rows))
         finally:
-            judge.close()  # stop the judge's loop before the progress file closes under it
+            judge.close()  # stop the judge's connections before the progress file closes under it
     stats = judge.stats.snapshot()
     print(f"prepare: judge calls {stats['calls']:g}, cache hits {stats['cache_hits']:g}, retries {stats['retries']:g}, "
           f"failures {stats['failures']:g}, tokens {stats['prompt_tokens']:g}+{stats['completion_tokens']:g}, "
@@ -217,17 +344,34 @@ def run_prepare(args: argparse.Namespace):
     failures_path = os.path.join(work_dir, FAILURES_FILE)
     with open(failures_path, "w", encoding="utf-8") as handle:
         for index in sorted(failures):
-            handle.write(json.dumps({"index": index, "reason": failures[index]}) + "\n")
-    if failures and not args.drop_invalid:
-        first = ", ".join(f"row {i}: {failures[i]}" for i in sorted(failures)[:5])
-        raise RuntimeError(f"{len(failures)} row(s) could not be prepared ({first}; all in {failures_path}). Rerun to "
-                           "retry only those rows (finished rows are kept), or pass --drop-invalid to leave them out.")
+            handle.write(json.dumps({"index": index, **failures[index]}, ensure_ascii=False) + "\n")
     if failures:
-        print(f"prepare: dropping {len(failures)} row(s) the judge could not prepare (listed in {failures_path})")
+        print(f"prepare: {len(failures)} row(s) failed: {_summary(failures)} (listed in {failures_path})")
+    if failures and not args.drop_invalid:
+        first = ", ".join(f"row {i}: {failures[i]['reason']}" for i in sorted(failures)[:3])
+        raise PrepareFailed(f"{len(failures)} row(s) could not be prepared ({_summary(failures)}; {first}; all in "
+                            f"{failures_path}). Rerun to retry only those rows (finished rows are kept), or pass "
+                            "--drop-invalid to leave them out.")
+    if failures:
+        print(f"prepare: dropping {len(failures)} row(s) that could not be prepared (listed in {failures_path})")
 
     done = read_progress(progress_path, meta)
     keep = [index for index in range(len(rows)) if index in done]
     prepared = dataset.select(keep) if len(keep) != len(rows) else dataset
+    written = {
+        "prompt": [_conversational(rows[i][args.problem_column], problems[i]) for i in keep],
+        "answer": [answers[i] for i in keep],
+        "reference": [rows[i][args.reference_column] for i in keep],
+    }
+    for column in WRITTEN_COLUMNS:
+        if column in prepared.column_names and prepared[column] == written[column]:
+            prepared = prepared.remove_columns(column)  # the same values, written back below: nothing to report
+        elif column in prepared.column_names:
+            kept_as = f"original_{column}"
+            prepared = prepared.rename_column(column, kept_as)
+            print(f"prepare: the input column {column!r} is replaced by {_WRITTEN_HELP[column]}; its values are kept "
+                  f"as {kept_as!r}")
+        prepared = prepared.add_column(column, written[column])
     for column in ("reasoning_points", "reasoning_graph"):
         if column in prepared.column_names:
             print(f"prepare: replacing the existing column {column!r}")
@@ -245,10 +389,30 @@ def run_prepare(args: argparse.Namespace):
     return prepared
 
 
+_WRITTEN_HELP = {"prompt": "the conversational problem", "answer": "the gold final answers",
+                 "reference": "the reference solutions"}
+
+
+def _conversational(cell: Any, problem: str) -> list[dict[str, str]]:
+    """The `prompt` a trainer takes: a chat cell as it is, plain text as one user message."""
+    return cell if isinstance(cell, list) else [{"role": "user", "content": problem}]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = add_prepare_arguments(argparse.ArgumentParser(
         prog="ppm-trl prepare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
-    run_prepare(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        run_prepare(args)
+    except PrepareInterrupted as interrupted:
+        print(f"\nppm-trl prepare: {interrupted}", file=sys.stderr)
+        raise SystemExit(130) from None
+    except KeyboardInterrupt:
+        print("\nppm-trl prepare: interrupted; rerun the same command to resume", file=sys.stderr)
+        raise SystemExit(130) from None
+    except PrepareFailed as failed:
+        print(f"ppm-trl prepare: {failed}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 FAULT_KINDS = ("rate_limit", "server_error", "timeout", "garbage")  # transient: the client retries them
 ALL_FAULT_KINDS = FAULT_KINDS + ("unauthorized", "bad_request")  # 401 (fatal) and 400 (this item only)
+ALL_FAULT_KINDS += ("context_length", "model_not_found")  # vLLM's 400 "maximum context length" and 404 bodies
 GARBAGE_TEXT = "%%% lorem ipsum dolor sit amet %%%"
 
 _QUOTED = re.compile(r'"([^"]+)"')
@@ -157,9 +158,8 @@ class JudgeServer:
         script: tuple[str | None, ...] = (),
         max_requests: int = 20_000,
         max_lifetime: float = 300.0,
-        rate_limit_headers: dict[str, str] | None = None,
-        echo_authorization: bool = False,
-        usage: object = "count",
+        served_models: tuple[str, ...] | None = None,
+        require_key: str | None = None,
     ):
         unknown = (set(fault_kinds) | set(script)) - set(ALL_FAULT_KINDS) - {None}
         if unknown:
@@ -173,9 +173,8 @@ class JudgeServer:
         self.script = list(script)  # faults of the first requests, in arrival order (None = answer normally)
         self.max_requests = max_requests
         self.max_lifetime = max_lifetime
-        self.rate_limit_headers = dict(rate_limit_headers or {})  # more 429 headers, e.g. {"retry-after-ms": "5000"}
-        self.echo_authorization = echo_authorization  # a careless server: error bodies quote the Authorization header
-        self.usage = usage  # "count": real token counts; anything else is sent as the 200 replies' `usage` verbatim
+        self.served_models = served_models  # None: any model name; else others get vLLM's 404
+        self.require_key = require_key  # None: no key needed; else `Authorization: Bearer <key>` or 401
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests = 0
@@ -288,16 +287,27 @@ class JudgeServer:
             self.bodies.append(body)
             self.authorization.append(headers.get("authorization", ""))
         await asyncio.sleep(self.latency)
+        if fault is None and self.require_key is not None and headers.get("authorization") != f"Bearer {self.require_key}":
+            fault = "unauthorized"
+        if fault is None and self.served_models is not None and body.get("model") not in self.served_models:
+            fault = "model_not_found"
+        if fault == "context_length":  # what vLLM answers when the prompt is longer than --max-model-len
+            message = ("This model's maximum context length is 1024 tokens. However, your request has 1025 input "
+                       "tokens. Please reduce the length of the input messages.")
+            return "400 Bad Request", {}, {"object": "error", "message": message, "type": "BadRequestError",
+                                           "param": None, "code": 400}
+        if fault == "model_not_found":
+            message = f"The model `{body.get('model')}` does not exist."
+            return "404 Not Found", {}, {"object": "error", "message": message, "type": "NotFoundError",
+                                         "param": None, "code": 404}
         if fault == "rate_limit":
             error = {"error": {"message": "rate limited", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
-            extra = {} if self.retry_after is None else {"Retry-After": self.retry_after}
-            return "429 Too Many Requests", extra | self.rate_limit_headers, error
-        echoed = f" (received Authorization: {headers.get('authorization', '')})" if self.echo_authorization else ""
+            return "429 Too Many Requests", {} if self.retry_after is None else {"Retry-After": self.retry_after}, error
         if fault == "unauthorized":
-            error = {"error": {"message": "Incorrect API key provided" + echoed, "type": "invalid_request_error", "code": "invalid_api_key"}}
+            error = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}
             return "401 Unauthorized", {}, error
         if fault == "bad_request":
-            error = {"error": {"message": "context length exceeded" + echoed, "type": "invalid_request_error", "code": "context_length_exceeded"}}
+            error = {"error": {"message": "context length exceeded", "type": "invalid_request_error", "code": "context_length_exceeded"}}
             return "400 Bad Request", {}, error
         if fault == "server_error":
             return "500 Internal Server Error", {}, {"error": {"message": "boom", "type": "server_error"}}
@@ -320,5 +330,5 @@ class JudgeServer:
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
-            } if self.usage == "count" else self.usage,
+            },
         }

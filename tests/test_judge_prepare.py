@@ -1,16 +1,24 @@
-"""`ppm-trl prepare` against the loopback judge: columns, validation, resume after an interruption."""
+"""`ppm-trl prepare` against the loopback judge: columns, answer extraction, validation, real failure reasons,
+the judge probe, resume after an interruption (and after a real Ctrl-C)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before LiteLLM is imported: no network
 
 import pytest  # noqa: E402
 from judge_server import GARBAGE_TEXT, JudgeServer, scripted_judge  # noqa: E402
 
-from ppm_trl.prepare import FAILURES_FILE, PROGRESS_FILE, main, problem_of  # noqa: E402
+from ppm_trl.judge import JudgeConfigurationError  # noqa: E402
+from ppm_trl.judge.answers import states_answer  # noqa: E402
+from ppm_trl.judge.client import PROBE_MAX_TOKENS  # noqa: E402
+from ppm_trl.prepare import FAILURES_FILE, PROGRESS_FILE, gsm8k_answer_of, main, problem_of  # noqa: E402
 
 ROWS = {
     "prompt": [  # conversational prompts: the problem is the last user message
@@ -41,6 +49,15 @@ def arguments(dataset_dir, server, out, *extra: str) -> list[str]:
             "--max-concurrency", "4", "--no-progress", *extra]
 
 
+def grading_requests(server) -> int:
+    """Requests other than the judge probe."""
+    return sum(body.get("max_tokens") != PROBE_MAX_TOKENS for body in server.bodies)
+
+
+def failures_of(out) -> list[dict]:
+    return [json.loads(line) for line in (out / FAILURES_FILE).read_text().splitlines()]
+
+
 def flaky_on(problem: str):
     """A judge that answers garbage to the rubric request of one problem (a row that fails this run)."""
 
@@ -53,27 +70,34 @@ def flaky_on(problem: str):
     return respond
 
 
-def test_prepare_resumes_and_validates(dataset_dir, tmp_path, monkeypatch):
+def test_prepare_resumes_and_validates(dataset_dir, tmp_path, monkeypatch, capsys):
     import datasets
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
     out = tmp_path / "prepared"
     with JudgeServer(responder=flaky_on("4 * 2")) as server:
-        with pytest.raises(RuntimeError, match=r"2 row\(s\) could not be prepared \(row 1: no readable <rubric>"):
-            main(arguments(dataset_dir, server, out))
-        first_requests = server.requests
+        with pytest.raises(SystemExit) as exited:
+            main(arguments(dataset_dir, server, out, "--answer-column", "answer"))
+        first_requests = grading_requests(server)
+    assert exited.value.code == 1
+    assert "2 row(s) could not be prepared (2 judge answer unreadable; row 1: judge answered but no readable <rubric>" \
+        in capsys.readouterr().err
     assert first_requests == 4  # rows 0 and 2 rubric, row 0 graph; row 1 rubric (garbage)
     progress = [json.loads(line) for line in (out / PROGRESS_FILE).read_text().splitlines()]
     assert [record.get("index") for record in progress] == [None, 0]  # the settings line, then row 0
-    failures = [json.loads(line) for line in (out / FAILURES_FILE).read_text().splitlines()]
+    failures = failures_of(out)
     assert [f["index"] for f in failures] == [1, 2] and "'6'" in failures[1]["reason"]
+    assert [(f["stage"], f["kind"]) for f in failures] == [("rubric", "unreadable")] * 2
 
     # The rerun (fresh cache: resume must not rely on it) only asks for the rows that are not done yet.
     with JudgeServer() as server:
-        main(arguments(dataset_dir, server, out, "--cache-dir", str(tmp_path / "fresh_cache"), "--drop-invalid"))
-        assert server.requests == 3  # row 1 rubric + graph, row 2 rubric (still invalid)
+        main(arguments(dataset_dir, server, out, "--answer-column", "answer", "--cache-dir", str(tmp_path / "fresh"),
+                       "--drop-invalid"))
+        assert grading_requests(server) == 3  # row 1 rubric + graph, row 2 rubric (still invalid)
     prepared = datasets.load_from_disk(str(out))
     assert prepared["answer"] == ["5", "8"]  # row 2 dropped, as listed in the failures file
+    assert prepared["prompt"] == ROWS["prompt"][:2]  # conversational prompts are kept as they are
+    assert prepared["reference"] == ROWS["solution"][:2] and prepared["solution"] == ROWS["solution"][:2]
     assert prepared[0]["reasoning_points"] == ['The solution states "Let x = 2.".', 'The solution states "Then y = x + 3.".',
                                                "The solution concludes that the answer is \\boxed{5}."]
     assert prepared[0]["reasoning_graph"] == [{"if_all": [2], "makes_obsolete": [1]}]
@@ -93,7 +117,11 @@ def test_prepare_input_errors(dataset_dir, tmp_path, monkeypatch):
         main(arguments(dataset_dir, server, out, "--limit", "1"))
         with pytest.raises(ValueError, match="different settings"):
             main(arguments(dataset_dir, server, out, "--limit", "1", "--problem-column", "solution"))
-        assert server.requests == 2
+        assert grading_requests(server) == 2
+        with pytest.raises(ValueError, match=r"--problem-column 'question' is not a column of .*; columns: "):
+            main(arguments(dataset_dir, server, tmp_path / "c", "--problem-column", "question"))
+        with pytest.raises(ValueError, match=r"--answer-column 'gold' is not a column"):
+            main(arguments(dataset_dir, server, tmp_path / "c", "--answer-column", "gold"))
     with pytest.raises(SystemExit):
         main(["--dataset", "x", "--reference-column", "r", "--judge-model", "m"])  # neither --out nor --push-to-hub
 
@@ -104,3 +132,148 @@ def test_problem_of_plain_and_conversational_cells():
     assert problem_of(chat, "prompt", 0) == "second"
     with pytest.raises(ValueError, match="row 3: column 'prompt'"):
         problem_of("  ", "prompt", 3)
+
+
+def write_jsonl(path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+GSM8K = [  # the GSM8K shape: `answer` holds the worked solution, its last line the final answer
+    {"question": "Natalia sold 48 clips in April and half as many in May. How many in total?",
+     "answer": "In May she sold 48 / 2 = 24 clips.\nIn total she sold 48 + 24 = 72 clips.\n#### 72"},
+    {"question": "Weng earns $12 an hour. How much for 50 minutes?",
+     "answer": "Per minute she earns 12 / 60 = 0.2.\nFor 50 minutes she earns 0.2 * 50 = 10.\n#### 10"},
+    {"question": "A shop sells 1000 pens a day. How many in 2 days?", "answer": "It sells 1000 * 2 pens.\n#### 2,000"},
+]
+
+
+def test_gsm8k_shape_trains_as_is(tmp_path, monkeypatch, capsys):
+    import datasets
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
+    data = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    out = tmp_path / "prepared"
+    with JudgeServer() as server:
+        main(["--dataset", data, "--problem-column", "question", "--reference-column", "answer",
+              "--judge-model", "openai/scripted-judge", "--api-base", server.api_base, "--out", str(out),
+              "--num-retries", "0", "--no-progress"])
+    printed = capsys.readouterr().out
+    assert "GSM8K-style answers: 3/3 extracted ('#### ' line of 'answer')" in printed
+    assert "the input column 'answer' is replaced by the gold final answers; its values are kept as 'original_answer'" \
+        in printed
+    prepared = datasets.load_from_disk(str(out))
+    assert set(prepared.column_names) == {"question", "original_answer", "prompt", "answer", "reference",
+                                          "reasoning_points", "reasoning_graph"}
+    assert prepared["answer"] == ["72", "10", "2000"]
+    assert prepared["prompt"][0] == [{"role": "user", "content": GSM8K[0]["question"]}]
+    assert prepared["reference"] == [row["answer"] for row in GSM8K] == prepared["original_answer"]
+    assert prepared[0]["reasoning_points"][-1].endswith("\\boxed{#### 72}.")
+    assert not (out / FAILURES_FILE).read_text()
+
+
+def test_math_shape_row_without_answer_is_skipped_before_any_judge_call(tmp_path, monkeypatch, capsys):
+    import datasets
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
+    rows = [{"problem": "What is 6 * 7?", "solution": "Six sevens.\nThat is $\\boxed{42}$."},
+            {"problem": "Prove the claim.", "solution": "By induction on n, it holds."},
+            {"problem": "Half of 1?", "solution": "Divide.\nSo \\boxed{\\frac{1}{2}}"}]
+    data = write_jsonl(tmp_path / "math.jsonl", rows)
+    out = tmp_path / "prepared"
+    with JudgeServer() as server:
+        main(["--dataset", data, "--problem-column", "problem", "--reference-column", "solution", "--judge-model",
+              "openai/scripted-judge", "--api-base", server.api_base, "--out", str(out), "--drop-invalid",
+              "--no-progress"])
+        asked = json.dumps(server.bodies)
+    assert "Prove the claim" not in asked and "By induction" not in asked  # no judge call spent on row 1
+    printed = capsys.readouterr().out
+    assert ("MATH-style answers: 2/3 extracted (last \\boxed{} of 'solution'); no answer found: 1/3 (skipped, listed "
+            "in prepare_failures.jsonl)") in printed
+    assert "1 row(s) failed: 1 without a final answer (no judge call)" in printed
+    assert failures_of(out) == [{"index": 1, "stage": "answer", "kind": "no_answer", "reason":
+                                 "no final answer: column 'solution' has no \\boxed{} and no '#### ' line (name the "
+                                 "answer column with --answer-column)"}]
+    prepared = datasets.load_from_disk(str(out))
+    assert prepared["answer"] == ["42", "\\frac{1}{2}"] and prepared["problem"] == ["What is 6 * 7?", "Half of 1?"]
+
+
+def test_answer_check_uses_math_verify():
+    assert states_answer("The solution concludes that the answer is \\boxed{72}.", "72")
+    assert states_answer("She earns 72.0 dollars in total.", "72")
+    assert states_answer("The answer is 72.", "\\$72")
+    assert states_answer("Final answer: $72", "72.0")
+    assert states_answer("So the probability is $\\frac{1}{2}$.", "0.5")
+    assert states_answer("The answer is (B).", "B")  # not a number: normalised containment
+    assert not states_answer("The answer is 720.", "72")
+    assert not states_answer("The final answer is 5.", "6")
+    assert gsm8k_answer_of("a\n#### 1,234\n") == "1234" and gsm8k_answer_of("no marker") is None
+
+
+def test_judge_request_errors_are_reported_as_such(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
+    data = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K[:2])
+    out = tmp_path / "prepared"
+    # vLLM with a context shorter than the rubric prompt: HTTP 400 to every request (the probe only warns on it).
+    with JudgeServer(fault_rate=1.0, fault_kinds=("context_length",)) as server:
+        with pytest.raises(SystemExit) as exited:
+            main(["--dataset", data, "--problem-column", "question", "--reference-column", "answer",
+                  "--judge-model", "openai/scripted-judge", "--api-base", server.api_base, "--out", str(out),
+                  "--no-progress", "--transport", "openai_http"])
+        assert server.requests == 3  # the probe, then one rubric request per row: a 400 is not retried
+    assert exited.value.code == 1
+    failures = failures_of(out)
+    assert [(f["index"], f["stage"], f["kind"]) for f in failures] == [(0, "rubric", "request_error"),
+                                                                      (1, "rubric", "request_error")]
+    assert failures[0]["reason"].startswith("judge request failed (rubric) after 1 attempt(s): HTTPStatusError "
+                                            "(HTTP 400): ")
+    assert "maximum context length is 1024 tokens" in failures[0]["reason"]
+    captured = capsys.readouterr()
+    assert "2 row(s) failed: 2 judge request error" in captured.out
+    assert "no readable <rubric>" not in captured.err + captured.out
+
+
+@pytest.mark.parametrize("transport", ["litellm", "openai_http"])
+def test_prepare_probes_the_judge_before_any_work(tmp_path, monkeypatch, transport):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong-0123")
+    data = write_jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    command = ["--dataset", data, "--problem-column", "question", "--reference-column", "answer", "--judge-model",
+               "openai/scripted-judge", "--out", str(tmp_path / "prepared"), "--no-progress", "--transport", transport]
+    with JudgeServer(require_key="sk-right-4567") as server:
+        with pytest.raises(JudgeConfigurationError, match=r"judge model 'openai/scripted-judge' at api_base=http://"
+                                                          r".*the API key was refused or is missing \(HTTP 401\); key "
+                                                          r"variable OPENAI_API_KEY is set"):
+            main([*command, "--api-base", server.api_base])
+        assert server.requests == 1  # only the probe: no row's work was spent
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with JudgeServer() as server:  # a local server that needs no key: nothing to set, with either transport
+        main([*command, "--api-base", server.api_base, "--num-retries", "0"])
+        assert server.requests == 1 + 2 * len(GSM8K)
+
+
+def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
+    data = write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": f"Q{i}?", "answer": f"Step {i}.\n#### {i}"}
+                                                  for i in range(20)])
+    out = tmp_path / "prepared"
+    env = {**os.environ, "OPENAI_API_KEY": "sk-loopback-dummy-key", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "PYTHONUNBUFFERED": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    with JudgeServer(latency=0.3) as server:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ppm_trl.prepare", "--dataset", data, "--problem-column", "question",
+             "--reference-column", "answer", "--judge-model", "openai/scripted-judge", "--api-base", server.api_base,
+             "--out", str(out), "--max-concurrency", "1", "--no-progress"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:  # wait until some rows are finished
+            progress = out / PROGRESS_FILE
+            if progress.exists() and len(progress.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    finished = len((out / PROGRESS_FILE).read_text().splitlines()) - 1  # minus the settings line
+    assert 2 <= finished < 20
+    assert stderr.strip().splitlines() == [
+        f"ppm-trl prepare: interrupted after {finished}/20 rows; rerun the same command to resume"]

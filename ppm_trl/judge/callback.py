@@ -7,30 +7,90 @@ trackio, tensorboard, ...) and `state.log_history`.
 Order matters: `Trainer` places callbacks passed as `callbacks=[...]` AFTER its reporting callbacks, which would
 then log before this one adds its keys. Install it with `JudgeStatsCallback(judge).install(trainer)` (it puts
 itself first), or pass it in `callbacks=` and call `install` on the trainer afterwards — `install` is idempotent.
+
+A judge that cannot judge stops the run instead of training on zero process reward:
+* `install` probes the judge once (`LiteLLMJudge.probe`, unless `judge_probe=False` in the trainer's args): a
+  refused/missing key, an unknown model or URL, or nothing listening at `api_base` raises
+  `JudgeConfigurationError` at trainer construction;
+* after every optimizer step that sent judge requests, the unscorable fraction over the last
+  `judge_unscorable_window` such steps is checked; reaching `judge_max_unscorable_frac` (default 1.0: every
+  request of the step unscorable) raises `JudgeUnscorableError`.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from transformers import TrainerCallback
 
 LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost")
 
 
+class JudgeUnscorableError(RuntimeError):
+    """Too many of the judge's requests were unscorable during training (see `judge_max_unscorable_frac`)."""
+
+
+def check_unscorable_settings(max_unscorable_frac: float, unscorable_window: int) -> None:
+    """Refuse abort settings that would never (or always) stop a run."""
+    if isinstance(max_unscorable_frac, bool) or not isinstance(max_unscorable_frac, (int, float)) \
+            or not 0.0 < max_unscorable_frac <= 1.0:
+        raise ValueError(f"judge_max_unscorable_frac must be in (0, 1], got {max_unscorable_frac!r}")
+    if isinstance(unscorable_window, bool) or not isinstance(unscorable_window, int) or unscorable_window < 1:
+        raise ValueError(f"judge_unscorable_window must be an integer >= 1, got {unscorable_window!r}")
+
+
 class JudgeStatsCallback(TrainerCallback):
-    def __init__(self, judge, prefix: str = "judge/"):
+    def __init__(self, judge, prefix: str = "judge/", max_unscorable_frac: float = 1.0, unscorable_window: int = 1):
         self.judge = judge
         self.prefix = prefix
         self._last = judge.stats.snapshot()
+        self._configure(max_unscorable_frac, unscorable_window)
+
+    def _configure(self, max_unscorable_frac: float, unscorable_window: int) -> None:
+        check_unscorable_settings(max_unscorable_frac, unscorable_window)
+        self.max_unscorable_frac = float(max_unscorable_frac)
+        self._window: deque[tuple[float, float]] = deque(maxlen=unscorable_window)  # (failed, asked) per step
+        self._step_start = self.judge.stats.snapshot()
 
     def install(self, trainer) -> JudgeStatsCallback:
-        """Make this the first callback of `trainer` so reporting callbacks see the judge metrics."""
+        """Make this the first callback of `trainer` so reporting callbacks see the judge metrics; take the abort
+        settings from `trainer.args` and probe the judge (both only on the first install)."""
         callbacks = trainer.callback_handler.callbacks
         if self in callbacks:
             callbacks.remove(self)
+        else:
+            args = getattr(trainer, "args", None)
+            self._configure(getattr(args, "judge_max_unscorable_frac", self.max_unscorable_frac),
+                            getattr(args, "judge_unscorable_window", self._window.maxlen))
+            if getattr(args, "judge_probe", True):
+                self.judge.probe()
         callbacks.insert(0, self)
         return self
+
+    def check_unscorable(self) -> None:
+        """Close the step's window entry; raise `JudgeUnscorableError` when the window reaches the limit."""
+        delta = self.judge.stats.since(self._step_start)
+        self._step_start = self.judge.stats.snapshot()
+        asked = delta["calls"] + delta["cache_hits"]  # unique items (cache hits are answers too)
+        if asked == 0:
+            return  # no judge request this step (e.g. no correct response for PAPO): nothing to judge by
+        self._window.append((delta["failures"], asked))
+        failed = sum(f for f, _ in self._window)
+        total = sum(a for _, a in self._window)
+        if failed / total >= self.max_unscorable_frac:
+            last = getattr(self.judge, "last_failure", None)
+            raise JudgeUnscorableError(
+                f"{failed:g} of {total:g} judge requests were unscorable over the last {len(self._window)} step(s) "
+                f"with judge requests (judge_max_unscorable_frac={self.max_unscorable_frac:g}, "
+                f"judge_unscorable_window={self._window.maxlen}); training stopped instead of continuing without "
+                f"a judge signal. Judge: model {getattr(self.judge, 'model', '?')!r}, "
+                f"api_base={getattr(self.judge, 'api_base', None)}. "
+                f"Last failure: {last if last is not None else 'unknown'}"
+            )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.check_unscorable()
 
     def metrics(self) -> dict[str, float]:
         """The window's metrics (and start a new window)."""

@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import re
+import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,7 +32,7 @@ from typing import Any
 from ppm_trl.judge import loop as shared_loop
 from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint, request_key
 from ppm_trl.judge.stats import JudgeStats
-from ppm_trl.judge.tasks import JudgeTasks, Parser
+from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser
 from ppm_trl.judge.transport import (
     TRANSPORT_ARGUMENTS,
     TRANSPORTS,
@@ -48,6 +49,14 @@ _CREDENTIAL_ARGUMENT = re.compile(r"key|secret|password|credential|session_token
 _CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
 _FATAL_STATUS = {401, 403, 404}  # misconfiguration (key, permission, model name): fail loudly, do not retry
 _RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
+# LiteLLM reports a key the OpenAI SDK refused before sending (none set) as a retryable 500: it is a 401.
+_MISSING_KEY = re.compile(r"missing credentials|api_key client option must be set|no api key provided", re.IGNORECASE)
+# Providers whose key variable LiteLLM reads; others: `<PROVIDER>_API_KEY`.
+_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "hosted_vllm": "HOSTED_VLLM_API_KEY", "gemini": "GEMINI_API_KEY",
+                  "anthropic": "ANTHROPIC_API_KEY", "openrouter": "OPENROUTER_API_KEY", "azure": "AZURE_API_KEY"}
+# LiteLLM's `openai/` client refuses to send without a key even to a local server that needs none.
+_NO_KEY_NEEDED = "sk-no-key-needed"
+PROBE_MAX_TOKENS = 8
 
 
 class JudgeConfigurationError(RuntimeError):
@@ -102,6 +111,25 @@ def _retry_after_seconds(error: BaseException) -> float | None:
     return None
 
 
+def _causes(error: BaseException) -> list[BaseException]:
+    """The error and what it was raised from (LiteLLM wraps the SDK's error, which wraps httpx's, ...)."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain and len(chain) < 16:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def is_connection_refused(error: BaseException) -> bool:
+    """Nothing listens at the judge's address (refused, unknown host): retrying the next request will not help."""
+    for cause in _causes(error):
+        if isinstance(cause, (ConnectionRefusedError, socket.gaierror)):
+            return True
+        if type(cause).__name__ in ("ConnectError", "ClientConnectorError") and not isinstance(cause, TimeoutError):
+            return True
+    return False
+
+
 def _classify(error: BaseException) -> str:
     """'retry' (transient), 'fail' (this item cannot be judged, e.g. 400 context too long) or 'fatal'."""
     if isinstance(error, (asyncio.TimeoutError, TimeoutError, ConnectionError, MalformedReplyError)):
@@ -110,6 +138,8 @@ def _classify(error: BaseException) -> str:
     module = type(error).__module__
     if not isinstance(error, HTTPStatusError) and not module.startswith(("litellm", "openai", "httpx", "aiohttp")):
         raise error  # a bug, not a judge answer: surface it
+    if any(_MISSING_KEY.search(str(cause)) for cause in _causes(error)):
+        return "fatal"  # no key: every retry would fail the same way
     if isinstance(status, int):
         if status in _FATAL_STATUS:
             return "fatal"
@@ -208,12 +238,48 @@ class LiteLLMJudge(JudgeTasks):
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
-            self.model, self.api_base, self.timeout, self.api_key_env, self.litellm_kwargs, self.max_concurrency
+            self.model, self.api_base, self.timeout, self.api_key_env, self._transport_kwargs(), self.max_concurrency
         )
+        self.last_failure: JudgeFailure | None = None  # the most recent unscorable item's reason (for error messages)
         shared_loop.register_closer(self._transport)  # closed at interpreter exit if close() is never called
         self._cache_params = {"temperature": self.temperature} | {
             k: v for k, v in self.litellm_kwargs.items() if k not in TRANSPORT_ARGUMENTS
         }
+
+    def key_variable(self) -> str | None:
+        """The environment variable the judge's key is read from (None: the provider's own scheme, e.g. Vertex)."""
+        if self.api_key_env:
+            return self.api_key_env
+        provider = self.model.partition("/")[0]
+        if provider in _KEY_VARIABLES:
+            return _KEY_VARIABLES[provider]
+        return f"{provider.upper()}_API_KEY" if "/" in self.model else None
+
+    def _transport_kwargs(self) -> dict[str, Any]:
+        """`litellm_kwargs`, plus a placeholder key for LiteLLM's `openai/` client when an `api_base` server is
+        used with no key set: a local server that needs none then works; one that needs a key answers 401."""
+        needs_placeholder = (self.transport == "litellm" and self.api_base and self.model.startswith("openai/")
+                             and not self.api_key_env and not os.environ.get("OPENAI_API_KEY"))
+        return {**self.litellm_kwargs, "api_key": _NO_KEY_NEEDED} if needs_placeholder else self.litellm_kwargs
+
+    def _configuration_error(self, error: BaseException) -> JudgeConfigurationError:
+        status = getattr(error, "status_code", None)
+        if any(_MISSING_KEY.search(str(c)) for c in _causes(error)):
+            status = 401  # LiteLLM says 500 for a key the SDK refused to send
+        hint = {401: "the API key was refused or is missing", 403: "the API key has no permission for this model",
+                404: "the model name or api_base is wrong (not found)"}.get(status, "the judge is not reachable")
+        variable = self.key_variable()
+        if variable is None:
+            key = "key: the provider's own credentials"
+        else:
+            key = f"key variable {variable} is {'set' if os.environ.get(variable) else 'NOT set'}"
+            if not os.environ.get(variable) and self.model.startswith(("openai/", "hosted_vllm/")) and self.api_base:
+                key += " (a local server that needs no key works without it)"
+        detail = redact(f"{type(error).__name__}: {error}")[:300]
+        return JudgeConfigurationError(
+            f"judge model {self.model!r} at api_base={self.api_base or '(provider default)'} cannot be used: {hint} "
+            f"(HTTP {status if status is not None else '-'}); {key}. {detail}"
+        )
 
     # ------------------------------------------------------------------------------------------ identity
     def config(self) -> dict[str, Any]:
@@ -313,14 +379,12 @@ class LiteLLMJudge(JudgeTasks):
             if error is not None:
                 verdict = _classify(error)
                 if verdict == "fatal":
-                    raise JudgeConfigurationError(
-                        f"judge {self.model!r} answered {type(error).__name__} "
-                        f"(HTTP {getattr(error, 'status_code', '?')}): check the model name, api_base and the API "
-                        f"key environment variable. {redact(str(error))[:300]}"
-                    ) from None
+                    raise self._configuration_error(error) from None
                 if verdict == "fail" or attempt == self.num_retries:
-                    reason = f"{type(error).__name__}: {redact(str(error))[:200] or f'no answer within {self.timeout:g} s'}"
-                    return self._give_up(started, attempt + 1, reason)
+                    status = getattr(error, "status_code", None)
+                    reason = (f"{type(error).__name__}{f' (HTTP {status})' if status else ''}: "
+                              f"{redact(str(error))[:300] or f'no answer within {self.timeout:g} s'}")
+                    return self._give_up(started, attempt + 1, reason, REQUEST_ERROR)
                 await asyncio.sleep(self._backoff(attempt, _retry_after_seconds(error)))
                 continue
             self._account(reply)
@@ -333,7 +397,9 @@ class LiteLLMJudge(JudgeTasks):
                 return parsed
             self.stats.add(unparseable=1)
             if not self.retry_unparseable or attempt == self.num_retries:
-                return self._give_up(started, attempt + 1, f"unreadable answer {redact(reply.text or '')[:120]!r}")
+                answer = redact(reply.text or "")
+                shown = answer if len(answer) <= 300 else f"{answer[:150]} … {answer[-150:]}"
+                return self._give_up(started, attempt + 1, f"unreadable answer {shown!r}", UNREADABLE)
         raise AssertionError("unreachable: the last attempt always returns")
 
     async def _written(self, writes: list[asyncio.Future]) -> None:
@@ -343,12 +409,45 @@ class LiteLLMJudge(JudgeTasks):
             if error is not None:
                 logger.warning("judge cache write to %s failed (answer kept, not cached): %s", self.cache_dir, error)
 
-    def _give_up(self, started: float, attempts: int, reason: str) -> None:
+    def _give_up(self, started: float, attempts: int, reason: str, kind: str) -> JudgeFailure:
         self.stats.add(failures=1)
         self.stats.add_latency(time.perf_counter() - started)
         failures = self.stats.failures
         if failures <= 10 or failures % 100 == 0:  # an outage must not flood the log
             logger.warning("judge request unscorable after %d attempt(s) (failure #%d): %s", attempts, failures, reason)
+        self.last_failure = JudgeFailure(kind, reason, attempts)
+        return self.last_failure
+
+    # ------------------------------------------------------------------------------------------ probe
+    def probe(self) -> str | None:
+        """Send one tiny request (not cached, not in `stats`) to check that the judge can answer at all.
+
+        Raises `JudgeConfigurationError` when it never will: the key is refused or missing (401/403), the model
+        or URL is not found (404), or nothing listens at `api_base` (connection refused, unknown host). A
+        transient failure (429, 5xx, timeout) or an odd answer only logs a warning and returns its description;
+        None means the judge answered."""
+        import_litellm()
+        transport = TRANSPORTS[self.transport](self.model, self.api_base, self.timeout, self.api_key_env,
+                                               {**self._transport_kwargs(), "max_tokens": PROBE_MAX_TOKENS})
+        messages = [{"role": "user", "content": "Reply with the word OK."}]
+
+        async def ask():
+            try:
+                return await transport.send(messages, 0.0)
+            finally:
+                await transport.aclose()
+
+        try:
+            shared_loop.run_blocking(ask)
+        except Exception as error:  # noqa: BLE001 - sorted below; bugs re-raise in _classify
+            if is_connection_refused(error):
+                raise self._configuration_error(error) from None
+            if _classify(error) == "fatal":
+                raise self._configuration_error(error) from None
+            problem = redact(f"{type(error).__name__}: {error}")[:300]
+            logger.warning("judge probe of %r at %s failed (training continues; requests will be retried): %s",
+                           self.model, self.api_base or "the provider", problem)
+            return problem
         return None
 
     async def _answer_many(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
@@ -380,8 +479,13 @@ class LiteLLMJudge(JudgeTasks):
             await self._written(writes)
         return [tasks[key].result() for key in keys]
 
-    def _batch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
-        return shared_loop.run_blocking(lambda: self._answer_many(jobs))
+    def _batch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]], explain: bool = False) -> list[Any]:
+        return _explained(shared_loop.run_blocking(lambda: self._answer_many(jobs)), explain)
 
-    async def _abatch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]]) -> list[Any]:
-        return await shared_loop.run_async(lambda: self._answer_many(jobs))
+    async def _abatch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]], explain: bool = False) -> list[Any]:
+        return _explained(await shared_loop.run_async(lambda: self._answer_many(jobs)), explain)
+
+
+def _explained(results: list[Any], explain: bool) -> list[Any]:
+    """Unscorable items as their `JudgeFailure` (explain) or as None (the task API's documented value)."""
+    return results if explain else [None if isinstance(r, JudgeFailure) else r for r in results]

@@ -3,6 +3,10 @@
 `JudgeTasks` builds each task's prompt (`prompts`), picks its strict parser (`parsing`) and hands the batch to the
 request engine (`LiteLLMJudge._batch` / `_abatch`: cache, de-duplication, concurrency, retries). Every method has
 a blocking form for TRL's training step and an `a*` coroutine for callers that are already async.
+
+An unscorable item is None. Callers that must say *why* (`ppm-trl prepare`'s failures file) pass `explain=True` to
+the `a*` methods and get a `JudgeFailure` record in its place: a request error (HTTP 400 context too long, retries
+exhausted on 5xx/timeouts, ...) or an answer that arrived but could not be read.
 """
 
 from __future__ import annotations
@@ -10,23 +14,45 @@ from __future__ import annotations
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ppm_trl.judge import parsing, prompts
+from ppm_trl.judge import answers, parsing, prompts
 
 Parser = Callable[[str], Any]  # the answer text → the parsed value, or None when it cannot be read
 Job = tuple[list[dict[str, str]], Parser]
+
+REQUEST_ERROR = "request_error"  # the judge could not be asked: HTTP 4xx, retries exhausted, ... (`reason` says)
+UNREADABLE = "unreadable"  # the judge answered, but no answer (of any attempt) could be read by the task's parser
+
+
+@dataclass(frozen=True)
+class JudgeFailure:
+    """Why one item is unscorable: `kind` is REQUEST_ERROR or UNREADABLE; `reason` is the redacted detail (the
+    error type, HTTP status and server message, or the start of the last unreadable answer). Falsy, like None."""
+
+    kind: str
+    reason: str
+    attempts: int
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __str__(self) -> str:
+        what = "judge request failed" if self.kind == REQUEST_ERROR else "judge answer unreadable"
+        return f"{what} after {self.attempts} attempt(s): {self.reason}"
 
 
 class JudgeTasks(ABC):
     """Mixin of `LiteLLMJudge`, which provides `_batch(jobs)`, `_abatch(jobs)` and `stats`."""
 
     @abstractmethod
-    def _batch(self, jobs: Sequence[Job]) -> list[Any]:
-        """Answer the jobs concurrently (blocking); None for an item that could not be graded."""
+    def _batch(self, jobs: Sequence[Job], explain: bool = False) -> list[Any]:
+        """Answer the jobs concurrently (blocking); None (or, with `explain`, a `JudgeFailure`) for an item that
+        could not be graded."""
 
     @abstractmethod
-    async def _abatch(self, jobs: Sequence[Job]) -> list[Any]:
+    async def _abatch(self, jobs: Sequence[Job], explain: bool = False) -> list[Any]:
         """The same, awaitable."""
 
     def complete(self, messages: Sequence[list[dict[str, str]]], parse: Parser | None = None) -> list[Any]:
@@ -49,12 +75,12 @@ class JudgeTasks(ABC):
             jobs.append((index, build(str(problem), points, str(prefix)), functools.partial(reader, num_points=len(points))))
         return jobs, empty
 
-    def _merge_grades(self, items, jobs, empty, answers) -> list[list[bool] | None]:
+    def _merge_grades(self, items, jobs, empty, grades) -> list[list[bool] | None]:
         out: list[list[bool] | None] = [None] * len(items)
         for index in empty:
             out[index] = [False] * len(items[index][1])
-        for (index, _, _), answer in zip(jobs, answers):
-            out[index] = answer
+        for (index, _, _), grade in zip(jobs, grades):
+            out[index] = grade
         self.stats.add(skipped_empty=len(empty))
         return out
 
@@ -63,14 +89,14 @@ class JudgeTasks(ABC):
         (reached or not), or None when the judge's answer could not be read. Empty prefixes send no request."""
         items = list(items)
         jobs, empty = self._grading_jobs(items, style)
-        answers = self._batch([(messages, parse) for _, messages, parse in jobs])
-        return self._merge_grades(items, jobs, empty, answers)
+        grades = self._batch([(messages, parse) for _, messages, parse in jobs])
+        return self._merge_grades(items, jobs, empty, grades)
 
-    async def agrade_prefixes(self, items, style: str = "ppm") -> list[list[bool] | None]:
+    async def agrade_prefixes(self, items, style: str = "ppm", explain: bool = False) -> list[list[bool] | None]:
         items = list(items)
         jobs, empty = self._grading_jobs(items, style)
-        answers = await self._abatch([(messages, parse) for _, messages, parse in jobs])
-        return self._merge_grades(items, jobs, empty, answers)
+        grades = await self._abatch([(messages, parse) for _, messages, parse in jobs], explain)
+        return self._merge_grades(items, jobs, empty, grades)
 
     def _rubric_jobs(self, items, tier: str):
         if tier not in prompts.PAPO_TIERS:
@@ -88,8 +114,8 @@ class JudgeTasks(ABC):
         score in {0, 0.5, 1} ('three_tier') or {0, .25, .5, .75, 1} ('five_tier'), or None if unreadable."""
         return self._batch(self._rubric_jobs(list(items), tier))
 
-    async def ascore_rubric(self, items, tier: str = "three_tier") -> list[float | None]:
-        return await self._abatch(self._rubric_jobs(list(items), tier))
+    async def ascore_rubric(self, items, tier: str = "three_tier", explain: bool = False) -> list[float | None]:
+        return await self._abatch(self._rubric_jobs(list(items), tier), explain)
 
     def review_process(self, items: Sequence[tuple[str, Sequence[str]]]) -> list[bool | None]:
         """Process-reward baseline (PPM App. B.1/D): for each (problem, parts), True if the judge concludes
@@ -105,18 +131,20 @@ class JudgeTasks(ABC):
     def _points_job(self, problem: str, reference: str, answer: str | None):
         def read(text: str) -> list[str] | None:
             points = parsing.parse_rubric(text)
-            if points is None or (answer is not None and not parsing.answer_in_text(answer, points[-1])):
+            if points is None or (answer is not None and not answers.states_answer(points[-1], answer)):
                 return None
             return points
 
         return prompts.rubric_generation_messages(str(problem), str(reference)), read
 
     def generate_points(self, problem: str, reference: str, answer: str | None = None) -> list[str] | None:
-        """Reasoning points (the App. D rubric) for one problem; with `answer`, the last point must contain it."""
+        """Reasoning points (the App. D rubric) for one problem; with `answer`, the last point must state it
+        (checked with math-verify, so `72`, `72.0` and `\\$72` agree; see `answers.states_answer`)."""
         return self._batch([self._points_job(problem, reference, answer)])[0]
 
-    async def agenerate_points(self, problem: str, reference: str, answer: str | None = None) -> list[str] | None:
-        return (await self._abatch([self._points_job(problem, reference, answer)]))[0]
+    async def agenerate_points(self, problem: str, reference: str, answer: str | None = None,
+                               explain: bool = False) -> list[str] | None:
+        return (await self._abatch([self._points_job(problem, reference, answer)], explain))[0]
 
     def _graph_job(self, problem: str, points: Sequence[str]):
         points = _check_points(points, 0)
@@ -126,8 +154,9 @@ class JudgeTasks(ABC):
         """Obsoletion graph (App. D) over `points` as records [{"if_all": [...], "makes_obsolete": [...]}]."""
         return self._batch([self._graph_job(problem, points)])[0]
 
-    async def agenerate_graph(self, problem: str, points: Sequence[str]) -> list[dict[str, list[int]]] | None:
-        return (await self._abatch([self._graph_job(problem, points)]))[0]
+    async def agenerate_graph(self, problem: str, points: Sequence[str],
+                              explain: bool = False) -> list[dict[str, list[int]]] | None:
+        return (await self._abatch([self._graph_job(problem, points)], explain))[0]
 
 
 def _unpack(item: Any, size: int, index: int, shape: str) -> tuple:
