@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -203,25 +202,38 @@ def plot_histories(results: list[dict], path: str, title: str) -> None:
 DEMO_LEARNING_RATES = {"segment": 3e-4, "sparse": 1e-4}
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--output-dir", default="outputs/demo")
-    parser.add_argument("--n", type=int, default=None, help="Horizon; default: the warm start's cliff (≤ 3%%).")
-    parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3, 4, 5, 6, 7, 8],
-                        help="Candidate horizons for the cliff search.")
-    parser.add_argument("--steps", type=int, default=60, help="RL steps per trainer (64 samples each).")
-    parser.add_argument("--learning-rate", type=float, default=None,
-                        help="Both trainers; default: each at its best of {3e-5, 1e-4, 3e-4} at the cliff "
-                        f"(benchmarks/horizon_scaling.py, BENCHMARKS.md): {DEMO_LEARNING_RATES}.")
-    parser.add_argument("--eval-every", type=int, default=15)
-    parser.add_argument("--eval-size", type=int, default=128, help="Held-out prompts per evaluation.")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--sft-steps", type=int, default=None, help="Override the warm start's SFT steps.")
-    parser.add_argument("--cache-dir", default=None, help="Warm-start cache root (default ~/.cache/ppm_trl).")
-    parser.add_argument("--quick", action="store_true",
-                        help="Smoke run (seconds): tiny SFT, n=2, 2 RL steps, 8 eval prompts; proves the pipeline only.")
-    return parser.parse_args(argv)
+@dataclass
+class DemoArguments:
+    """`make demo` / `python -m ppm_trl.demo`: each field is a `--flag` (dashes or underscores) and a YAML key
+    (`--config demo.yaml`), parsed by TRL's `TrlParser` like `ppm-trl train`."""
+
+    output_dir: str = field(default="outputs/demo", metadata={"help": "Where results, plot and checkpoint go."})
+    n: int | None = field(default=None, metadata={"help": "Horizon; default: the warm start's cliff (≤ 3%)."})
+    horizons: list[int] = field(default_factory=lambda: [2, 3, 4, 5, 6, 7, 8],
+                                metadata={"help": "Horizons searched for the cliff."})
+    steps: int = field(default=60, metadata={"help": "RL steps per trainer (64 samples each)."})
+    learning_rate: float | None = field(
+        default=None, metadata={"help": "One learning rate for both trainers (default: each its tuned one)."})
+    eval_every: int = field(default=15, metadata={"help": "Evaluate every this many steps."})
+    eval_size: int = field(default=128, metadata={"help": "Held-out prompts per evaluation."})
+    seed: int = field(default=0, metadata={"help": "Seed of the warm start and the RL runs."})
+    sft_steps: int | None = field(default=None, metadata={"help": "Override the warm start's SFT steps."})
+    cache_dir: str | None = field(default=None, metadata={"help": "Warm-start cache root (default ~/.cache/ppm_trl)."})
+    quick: bool = field(default=False, metadata={"help": "Smoke size: tiny warm start, n=2, 2 steps (tests)."})
+
+    def __post_init__(self):
+        for name in ("steps", "eval_every", "eval_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.n is not None and self.n < 1:
+            raise ValueError(f"--n must be >= 1, got {self.n}")
+
+
+def parse_args(argv=None) -> DemoArguments:
+    from trl import TrlParser
+
+    (args,) = TrlParser((DemoArguments,), prog="python -m ppm_trl.demo").parse_args_and_config(argv)
+    return args
 
 
 def main(argv=None) -> dict:

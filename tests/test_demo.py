@@ -106,3 +106,19 @@ def test_settings_added_later_keep_old_cache_keys():
     digest = hashlib.sha256(json.dumps({"version": warmstart.WARMSTART_VERSION, **legacy}, sort_keys=True).encode())
     assert settings.key() == digest.hexdigest()[:16]
     assert warmstart.WarmStartSettings(fine_probe_from=0.1).key() != settings.key()
+
+
+def test_demo_arguments_from_flags_and_yaml(tmp_path):
+    from ppm_trl.demo import DemoArguments, parse_args
+
+    config = tmp_path / "demo.yaml"
+    config.write_text("steps: 5\nhorizons: [2, 3]\nquick: true\n")
+    args = parse_args(["--config", str(config), "--eval-every", "2", "--output_dir", str(tmp_path / "o")])
+    assert isinstance(args, DemoArguments)
+    assert (args.steps, args.horizons, args.quick, args.eval_every) == (5, [2, 3], True, 2)  # flags over YAML
+    assert args.output_dir == str(tmp_path / "o") and args.n is None
+    with pytest.raises(ValueError, match="--steps must be >= 1, got 0"):
+        parse_args(["--steps", "0"])
+    with pytest.raises(ValueError, match="no_such_key"):
+        config.write_text("no_such_key: 1\n")
+        parse_args(["--config", str(config)])
