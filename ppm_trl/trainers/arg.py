@@ -5,8 +5,10 @@ A thin adapter (DESIGN.md) over two TRL hooks:
 2. `_generate`, after TRL generated the groups, scores them with the trainer's reward functions (gathered), finds the
    all-failure groups, runs ONE batched forward pass for the reference surprisal of all of them, draws guidance
    levels from the shared `PrefixSelector`, generates ALL continuations of the step in ONE call of the trainer's own
-   backend (HF generate, vLLM colocate or server), verifies them with the reward functions, accepts (§4.3) and
-   overwrites failed rows in place. TRL then recomputes masks, log-probs, rewards and advantages on the final groups.
+   backend (HF generate, vLLM colocate or server; more calls only when vLLM's max_model_len leaves some rows less
+   room than the longest budget, see `plan_generation_calls`), verifies them with the reward functions, accepts
+   (§4.3) and overwrites failed rows in place, with vLLM's sampling log-probs for the continuation tokens (None for
+   the reference prefix, which was not sampled). TRL then recomputes masks, log-probs, rewards and advantages.
 The selector is updated from gathered feedback, so it is identical on every rank, and is saved with every checkpoint.
 
 Multi-process: all-failure is decided on the gathered rewards; a group's rows must live on one process (checked at
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
+from accelerate.utils import broadcast_object_list, gather_object
 from trl.chat_template_utils import parse_response
 from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing
@@ -101,6 +104,25 @@ def check_references(dataset, answer_marker: str, skip_invalid: bool):
     return dataset.select(keep), len(bad)
 
 
+def plan_generation_calls(budgets: list[int], rooms: list[int | None]) -> list[tuple[int, list[int]]]:
+    """Group continuation rows into generation calls so that no request asks for more tokens than the engine allows.
+
+    `budgets[i]` is row i's token budget, `rooms[i]` what the engine's max_model_len leaves after its prompt + prefix
+    (None: no limit, HF generate). A call with max_tokens M serves row i exactly when min(budget, room) ≤ M ≤ room
+    (rows are cut to their budget afterwards, the same distribution as stopping there). Returns [(M, rows)]: ONE
+    call when every room holds the largest budget (the usual case), else one call per run of rows that fit.
+    """
+    wanted = [b if r is None else min(b, r) for b, r in zip(budgets, rooms)]
+    pending = sorted(range(len(budgets)), key=lambda i: (-wanted[i], i))
+    calls = []
+    while pending:
+        max_tokens = wanted[pending[0]]
+        fits = [i for i in pending if rooms[i] is None or rooms[i] >= max_tokens]
+        calls.append((max_tokens, sorted(fits)))
+        pending = [i for i in pending if i not in set(fits)]
+    return calls
+
+
 @dataclass
 class _FailedGroup:
     """One all-failure group of this process and what guidance did for it."""
@@ -114,6 +136,7 @@ class _FailedGroup:
     surprisal_ratios: list[float] = field(default_factory=list)  # S_t/S_0 at each continuation's cut
     candidates: list[list[int]] = field(default_factory=list)  # completion ids: prefix + continuation
     candidate_texts: list = field(default_factory=list)  # decoded like TRL's completions
+    candidate_logprobs: list = field(default_factory=list)  # vLLM sampling log-prob per token (None: prefix / HF)
     correct: list[bool] = field(default_factory=list)
     copies_reference: list[bool] = field(default_factory=list)
     terminated: list[bool] = field(default_factory=list)
@@ -180,6 +203,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         self._arg_inputs = None
         self._reference_tokens = {}  # reference text → (token ids, character offsets)
         self._replacement_calls = (None, 0)  # (global step, generations in it): seeds the replacement positions
+        self._vllm_context = None  # the vLLM engine's max_model_len, read once
         check_reward_columns(train_dataset, reward_funcs, "ARG")
         model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
@@ -293,7 +317,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
             group.surprisal_ratios = [plan[level].surprisal_ratio for level in group.levels]
 
     def _continue_and_verify(self, groups, prompts, prompt_ids) -> None:
-        """All continuations of the step in ONE generation call (every rank calls it), verified by the reward funcs."""
+        """All continuations of the step in one generation call (`_generate_rows`), verified by the reward funcs."""
         inputs, budget_total = self._arg_inputs, self.args.max_completion_length
         rows, owners = [], []  # generation prompts and (group, prefix ids, budget) per row
         for group in groups:
@@ -310,15 +334,18 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
             return
         # Dummy rows (this rank's first prompt) keep generation and reward gathering symmetric across ranks.
         rows += [list(prompt_ids[0])] * (num_rows - len(rows))
-        generated, _ = self._generate_single_turn(rows, None, {}, 1)
-        candidate_ids, row_prompts, row_inputs, row_prompt_ids = [], [], [], []
+        budgets = [budget for _, _, budget in owners]
+        generated, sampled_logprobs = self._generate_rows(rows, budgets, list(prompt_ids[0]))
+        candidate_ids, candidate_logprobs, row_prompts, row_inputs, row_prompt_ids = [], [], [], [], []
         for index, ids in enumerate(generated):
             ids = list(ids)
             if index < len(owners):
                 group, prefix, budget = owners[index]
-                # One call generates up to the full budget; cutting a row to its own budget afterwards is the same
-                # distribution as generating with max_new_tokens = budget (prefix + continuation ≤ budget_total).
+                # Cutting a row to its own budget is the same distribution as generating with max_new_tokens =
+                # budget (prefix + continuation ≤ budget_total); the prefix was not sampled, so it has no log-prob.
                 candidate_ids.append(prefix + ids[:budget])
+                if sampled_logprobs is not None:
+                    candidate_logprobs.append([None] * len(prefix) + list(sampled_logprobs[index])[:budget])
                 row = group.first_row
             else:
                 candidate_ids.append(ids[:budget_total])
@@ -334,6 +361,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         for index, (group, _, _) in enumerate(owners):
             group.candidates.append(candidate_ids[index])
             group.candidate_texts.append(texts[index])
+            group.candidate_logprobs.append(candidate_logprobs[index] if candidate_logprobs else None)
             group.correct.append(bool(verdict[index] > 0))
             group.copies_reference.append(completion_text(texts[index]).strip() == group.reference.strip())
             group.terminated.append(bool(candidate_ids[index]) and candidate_ids[index][-1] in stop_ids)
@@ -342,7 +370,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         """§4.3: accept candidates (else the reference once), each replacing a failure at a uniform position."""
         args = self.args
         generator = self._replacement_generator()
-        inserts = []  # (group, completion ids, decoded completion or None for the fallback)
+        inserts = []  # (row, completion ids, decoded completion or None for the fallback, sampling log-probs)
         for group in groups:
             if group.status == "invalid_reference":
                 continue
@@ -356,27 +384,28 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
             group.accepted = accept_candidates(
                 candidates, args.arg_max_accepted, args.arg_max_empty_prefix, args.arg_max_guided
             )
-            chosen = [(group.candidates[i], group.candidate_texts[i]) for i in group.accepted]
+            chosen = [(group.candidates[i], group.candidate_texts[i], group.candidate_logprobs[i])
+                      for i in group.accepted]
             if not chosen and args.arg_mode != "resampling":
                 reference_ids = self._tokenize_reference(group.reference)[0] + [self._eos_token_id()]
                 if len(reference_ids) <= args.max_completion_length:
                     group.fallback = True
-                    chosen = [(reference_ids, None)]
+                    chosen = [(reference_ids, None, None)]
                 else:  # inserting it cut would lose its boxed answer: skip, counted
                     group.fallback_too_long = True
             positions = choose_replacement_rows(self.num_generations, len(chosen), generator)
-            inserts += [(group.first_row + position, ids, text) for (ids, text), position in zip(chosen, positions)]
+            inserts += [(group.first_row + position, *insert) for insert, position in zip(chosen, positions)]
         if not inserts:
             return
-        missing = [(row, ids) for row, ids, text in inserts if text is None]
+        missing = [(row, ids) for row, ids, text, _ in inserts if text is None]
         decoded = self._decode([prompts[row] for row, _ in missing], [prompt_ids[row] for row, _ in missing],
                                [ids for _, ids in missing])
         decoded_by_row = {row: text for (row, _), text in zip(missing, decoded)}
-        for row, ids, text in inserts:
+        for row, ids, text, sampled in inserts:
             completion_ids[row] = ids
             completions[row] = text if text is not None else decoded_by_row[row]
-            if logprobs is not None:  # unknown sampling log-probs → NaN → vLLM IS ratio 1 (never 0.0)
-                logprobs[row] = [None] * len(ids)
+            if logprobs is not None:  # continuation: vLLM's own; prefix / reference: None → NaN → IS ratio 1
+                logprobs[row] = sampled if sampled is not None else [None] * len(ids)
 
     def _update_selector_and_log(self, groups, num_failed: int, num_unscorable: int) -> None:
         """Gather every continuation's feedback (one reduce), update the selector identically on every rank, log."""
@@ -437,6 +466,57 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         log_metric(self, "arg/selector_baseline", self.prefix_selector.baseline)
 
     # ---------------------------------------------------------------------------------------------- pieces
+    def _generate_rows(self, rows, budgets, dummy):
+        """Continuations of `rows` (the first len(budgets) are real, the rest dummies): (ids, log-probs or None).
+
+        HF generate: one call of max_completion_length tokens, as for TRL's rollouts. vLLM: no request asks for more
+        than max_model_len − len(prompt + prefix) tokens (server mode answers HTTP 400 otherwise): the calls are
+        planned on every rank's rows, so each call (a collective in server mode and with tensor parallelism) has the
+        same max_tokens and row count on every rank.
+        """
+        if not self.use_vllm:
+            return self._generate_single_turn(rows, None, {}, 1)
+        context = self._engine_context_length()
+        rank = self.accelerator.process_index
+        local = [(rank, i, budget, None if context is None else context - len(rows[i])) for i, budget in
+                 enumerate(budgets)]
+        everyone = gather_object(local) if self.accelerator.num_processes > 1 else local
+        calls = plan_generation_calls([b for *_, b, _ in everyone], [r for *_, r in everyone])
+        generated, sampled = [[] for _ in rows], [[] for _ in rows]  # vLLM: dummy rows stay empty
+        generation = self.vllm_generation
+        default_max_tokens = generation.max_completion_length
+        try:
+            for max_tokens, members in calls:
+                mine = [everyone[j][1] for j in members if everyone[j][0] == rank]
+                width = max(sum(everyone[j][0] == r for j in members) for r in range(self.accelerator.num_processes))
+                # Pad with dummy rows (the rank's first prompt: TRL asked max_completion_length tokens for it).
+                call_rows = [rows[i] for i in mine] + [dummy] * (width - len(mine))
+                generation.max_completion_length = max_tokens
+                ids, logprobs = self._generate_single_turn(call_rows, None, {}, 1)
+                for position, i in enumerate(mine):
+                    generated[i], sampled[i] = ids[position], logprobs[position]
+        finally:
+            generation.max_completion_length = default_max_tokens
+        return generated, sampled
+
+    def _engine_context_length(self) -> int | None:
+        """vLLM's max_model_len (prompt + completion tokens of one request), the same on every rank."""
+        if self._vllm_context is None:
+            if self.vllm_mode == "colocate":
+                context = [self.vllm_generation.llm.llm_engine.model_config.max_model_len]
+            else:  # only the main process talks to the server
+                context = [self.args.vllm_max_model_length]
+                if self.accelerator.is_main_process:
+                    try:
+                        context = [self.vllm_generation.vllm_client.get_server_info()["model_config"]["max_model_len"]]
+                    except Exception as error:  # a server without dev endpoints: fall back to the configured value
+                        logger.warning("ARG: cannot read the vLLM server's max_model_len (%s); using "
+                                       "vllm_max_model_length=%s", error, self.args.vllm_max_model_length)
+                if self.accelerator.num_processes > 1:
+                    broadcast_object_list(context, from_process=0)
+            self._vllm_context = context[0]
+        return self._vllm_context
+
     def _reference_logprobs(self, rows, dummy_prompt, num_rows: int) -> list[torch.Tensor]:
         """Per-token log π(r_j | x, r_<j) of each (prompt ids, reference ids) row: one batched no-grad forward.
 
