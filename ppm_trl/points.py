@@ -29,7 +29,7 @@ Rule = tuple[tuple[int, ...], tuple[int, ...]]
 
 _WRAPPER_RE = re.compile(r"<\s*makes_obsolete_graph\s*>(.*?)<\s*/\s*makes_obsolete_graph\s*>", re.DOTALL)
 _WRAPPER_OPEN_RE = re.compile(r"<\s*makes_obsolete_graph\s*>")
-_RULE_RE = re.compile(r"<\s*rule\b([^<>]*?)/?\s*>", re.DOTALL)
+_RULE_RE = re.compile(r"<\s*rule\b([^<>]*)>")  # greedy, '/' stripped after: a lazy group backtracks quadratically
 _RULE_START_RE = re.compile(r"<\s*rule\b")
 _ATTR_RE = re.compile(r"([A-Za-z_][\w-]*)\s*=\s*(?:\"([^\"]*)\"|'([^']*)'|([^\s\"'/>]+))")
 
@@ -110,7 +110,7 @@ class ReasoningGraph:
             body = blocks[-1]
         elif _WRAPPER_OPEN_RE.search(text):
             raise ValueError("unparseable reasoning graph: <makes_obsolete_graph> is never closed (truncated output?)")
-        tags = _RULE_RE.findall(body)
+        tags = [tag.rstrip().removesuffix("/") for tag in _RULE_RE.findall(body)]
         if len(tags) != len(_RULE_START_RE.findall(body)):
             raise ValueError(f"unparseable reasoning graph: a <rule tag is not closed with '/>' in {body.strip()!r}")
         if not tags and body.strip() and not blocks:

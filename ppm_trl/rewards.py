@@ -21,9 +21,8 @@ import re
 import threading
 from typing import Any
 
-from .text import completion_text  # noqa: F401  (part of this module's API)
+from .text import boxed_spans, completion_text  # noqa: F401  (completion_text is part of this module's API)
 
-_BOXED = re.compile(r"\\boxed\s*\{")
 _WHITESPACE = re.compile(r"\s+")
 
 
@@ -31,28 +30,16 @@ def last_boxed(text: str) -> str | None:
     """Content of the LAST `\\boxed{...}` in `text`, matching nested braces; None if absent or unclosed.
 
     Escaped braces (`\\{`, `\\}`) are literal characters, not nesting. An unclosed last box (a truncated
-    completion) gives None rather than an earlier box: the final answer is the last one written.
+    completion) gives None rather than an earlier box: the final answer is the last one written. Linear time
+    (`text.boxed_spans`).
     """
     if not isinstance(text, str):
         return None
-    matches = list(_BOXED.finditer(text))
-    if not matches:
+    spans = boxed_spans(text)
+    if not spans or spans[-1][1] is None:
         return None
-    start = matches[-1].end()
-    depth, i = 1, start
-    while i < len(text):
-        char = text[i]
-        if char == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
-            i += 2
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:i]
-        i += 1
-    return None
+    start, end = spans[-1]
+    return text[start:end]
 
 
 def normalize_answer(text: str) -> str:

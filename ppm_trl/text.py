@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -49,3 +50,33 @@ def _content_text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
     return str(content)
+
+
+# `\boxed{`, an escaped brace `\{` `\}` (a literal character), or a brace.
+_BOX_TOKEN = re.compile(r"\\boxed\s*\{|\\[{}]|[{}]")
+
+
+def boxed_spans(text: str) -> list[tuple[int, int | None]]:
+    """(start, end) of the contents of every `\\boxed{...}`, in the order the boxes open; end is None for a box
+    that is never closed. Escaped braces (`\\{`, `\\}`) are literal characters, not nesting.
+
+    One pass with a stack of the open boxes, so the time is linear in `len(text)` however many boxes are left
+    unclosed (scanning forward from each box would be quadratic on a run of unclosed `\\boxed{`).
+    """
+    spans: list[tuple[int, int | None]] = []
+    open_boxes: list[tuple[int, int]] = []  # (index in spans, brace depth just before the box opened)
+    depth = 0
+    for match in _BOX_TOKEN.finditer(text):
+        token = match.group()
+        if token == "{":
+            depth += 1
+        elif token == "}":
+            depth -= 1
+            if open_boxes and open_boxes[-1][1] == depth:  # the brace that brings the depth back closes the box
+                index, _ = open_boxes.pop()
+                spans[index] = (spans[index][0], match.start())
+        elif token.endswith("{") and token.startswith("\\boxed"):
+            open_boxes.append((len(spans), depth))
+            spans.append((match.end(), None))
+            depth += 1
+    return spans

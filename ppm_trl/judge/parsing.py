@@ -1,92 +1,165 @@
-"""Parsers for judge answers. Each returns None for an answer it cannot read with certainty — never a guess.
+"""Parsers for judge answers. Each returns None for an answer it cannot read with certainty — never a guess —
+and None (never an exception) for any text at all.
 
 A None makes the item unscorable (NaN reward, zero advantage, counted), which is better than a silent 0 or a
 grade read from the wrong place: the PPM answer quotes the rollout verbatim in Section 1, so a rollout that
-contains its own "Section 2 – Grades / 1. YES" list would otherwise be read as the verdict.
+contains its own "Section 2 – Grades / 1. YES" list would otherwise be read as the verdict. Hence the PPM parser
+skips everything inside an `Evidence:` quote (up to the judge's next `Reason:`/`Verdict:` line), so an answer cut
+off inside a quote (max_tokens) is unreadable rather than graded by what the rollout planted there, and the PAPO
+parser reads the box of the judge's own last `Score:` line, not a box quoted from the student.
+
+The parsers run on the judge's event-loop thread, so every one is linear in the answer's length (no regex that
+backtracks on long runs, no quadratic scan) and an answer longer than `MAX_ANSWER_CHARS` is refused unread.
+Item numbers longer than `_MAX_DIGITS` are unreadable, never converted (Python refuses int() on ~4,300 digits).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
-_SECTION_HEADER = re.compile(r"^[ \t#*_]*section\s*([12])\b[^\n]*$", re.IGNORECASE | re.MULTILINE)
-_GRADE_LINE = re.compile(r"^[ \t*_]*(\d+)\s*[.):]?\s*[*_]*\s*(yes|no)\s*[*_]*\s*\.?\s*[*_]*$", re.IGNORECASE)
-_VERDICT = re.compile(r"verdict\s*[*_]*\s*:", re.IGNORECASE)
-_FENCE = re.compile(r"^\s*(```\w*|~~~)\s*$")
-_BOXED = re.compile(r"\\boxed\s*\{")
-_RUBRIC_BLOCK = re.compile(r"<\s*rubric\s*>(.*?)<\s*/\s*rubric\s*>", re.IGNORECASE | re.DOTALL)
-_NUMBERED_ITEM = re.compile(r"^\s*(\d+)\s*[.)]\s*(.*)$")
-_GRAPH_BLOCK = re.compile(r"<\s*makes_obsolete_graph\s*>(.*?)<\s*/\s*makes_obsolete_graph\s*>", re.DOTALL)
-_CONCLUSION = re.compile(r"<\s*conclusion\s*>\s*(correct|incorrect)\s*\.?\s*<\s*/\s*conclusion\s*>", re.IGNORECASE)
+from ppm_trl.text import boxed_spans
+
+logger = logging.getLogger(__name__)
+
+MAX_ANSWER_CHARS = 1_000_000  # ~250k tokens, far above any judge's max_tokens; longer answers are not parsed
+_MAX_DIGITS = 9  # item numbers and score numerators/denominators
+
+# Line breaks as str.splitlines() sees them (the escaper maps all of them to "\n" before it looks at line starts).
+_LINE_BREAK = re.compile(r"\r\n|[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+_SECTION_HEADER = re.compile(r"[ \t#*_]*section[ \t]*([12])\b", re.IGNORECASE)
+# No two neighbouring repeats can match the same characters, so a long run of spaces cannot make this backtrack.
+GRADE_LINE = re.compile(r"[ \t*_]*([0-9]+)(?:[ \t*_]*[.):])?[ \t*_]*(yes|no)[ \t*_.]*", re.IGNORECASE | re.ASCII)
+_EVIDENCE = re.compile(r"[ \t*_#]*(?:[0-9]+[ \t]*[.):]?[ \t*_]*)?evidence[ \t*_]*:", re.IGNORECASE)
+_FIELD_AFTER_EVIDENCE = re.compile(r"[ \t*_#]*(?:[0-9]+[ \t]*[.):]?[ \t*_]*)?(reason|verdict)[ \t*_]*:", re.IGNORECASE)
+_FENCE = re.compile(r"[ \t]*(```\w*|~~~)[ \t]*")
+_SCORE_LABEL = re.compile(r"[ \t*_#]*(?:final[ \t]+)?score[ \t*_]*:", re.IGNORECASE)
+_NUMBERED_ITEM = re.compile(r"[ \t]*([0-9]+)[ \t]*[.)][ \t]*(.*)")
+_CONCLUSION = re.compile(r"<\s*conclusion\s*>\s*(correct|incorrect)[\s.]*<\s*/\s*conclusion\s*>", re.IGNORECASE)
+
+
+def _guarded(read: Callable[..., Any], *args: Any) -> Any:
+    """`read(*args)`, or None if it raises: a parser defect makes one answer unscorable (logged with its
+    traceback), never the whole batch — `LiteLLMJudge` re-raises anything it does not classify as a judge error."""
+    try:
+        return read(*args)
+    except Exception:  # noqa: BLE001 - logged; the answer counts as unreadable
+        logger.warning("judge answer parser %s raised; the answer counts as unreadable", getattr(read, "__name__", read),
+                       exc_info=True)
+        return None
+
+
+def _readable(text: object) -> bool:
+    return isinstance(text, str) and len(text) <= MAX_ANSWER_CHARS
+
+
+def _lines(text: str) -> list[str]:
+    return _LINE_BREAK.split(text)
+
+
+def _ordinal(digits: str) -> int | None:
+    """An item number, or None when it has more digits than any rubric (never int() on 5,000 digits)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MAX_DIGITS else None
+
+
+def read_grade_line(line: str) -> tuple[int | None, bool] | None:
+    """`'2. YES'`, `'**2.** no.'`, `'* *2 YES'` → (2, True/False); None for anything else. The number is None
+    when it is too long to be an item number. Shared with the escaper, which quotes every line this reads."""
+    match = GRADE_LINE.fullmatch(line)
+    if match is None:
+        return None
+    return _ordinal(match.group(1)), match.group(2).lower() == "yes"
 
 
 def _grade_lines(lines: Sequence[str], num_points: int) -> list[bool] | None:
     """A numbered YES/NO list 1..num_points (blank lines and code fences allowed in between), or None."""
     grades: list[bool] = []
     for line in lines:
-        if not line.strip() or _FENCE.match(line):
+        if not line.strip() or _FENCE.fullmatch(line):
             continue
-        match = _GRADE_LINE.match(line)
-        if match is None or int(match.group(1)) != len(grades) + 1:
+        grade = read_grade_line(line)
+        if grade is None or grade[0] != len(grades) + 1:
             return None
-        grades.append(match.group(2).lower() == "yes")
+        grades.append(grade[1])
     return grades if len(grades) == num_points else None
+
+
+def _check_num_points(num_points: object) -> None:
+    if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 1:
+        raise ValueError(f"num_points must be an integer >= 1, got {num_points!r}")
 
 
 def parse_point_grades(text: str, num_points: int) -> list[bool] | None:
     """PPM grading answer (App. D) → one bool per rubric point, read ONLY from the final 'Section 2' list.
 
-    Requires a 'Section 1' header before the last 'Section 2' header with at least `num_points` verdicts between
-    them (a completed Section 1), and after it exactly the lines `1. YES|NO` … `num_points. YES|NO` and nothing
-    else. Only the bare word YES grades a point as reached ('YES, partially' is unreadable → None).
+    Lines inside an `Evidence:` quote (from the `Evidence:` line to the next line starting `Reason:` or
+    `Verdict:`) are not the judge's own structure and are skipped. Outside them, requires a 'Section 1' header
+    before the last 'Section 2' header with at least `num_points` `Verdict:` lines between them (a completed
+    Section 1), and after it exactly the lines `1. YES|NO` … `num_points. YES|NO` and nothing else. Only the bare
+    word YES grades a point as reached ('YES, partially' is unreadable → None).
     """
-    if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 1:
-        raise ValueError(f"num_points must be an integer >= 1, got {num_points!r}")
-    if not isinstance(text, str):
+    _check_num_points(num_points)
+    return _guarded(_point_grades, text, num_points)
+
+
+def _point_grades(text: str, num_points: int) -> list[bool] | None:
+    if not _readable(text):
         return None
-    headers = list(_SECTION_HEADER.finditer(text))
-    section2 = [h for h in headers if h.group(1) == "2"]
+    own: list[str] = []  # the judge's own lines, evidence quotes removed
+    in_evidence = False
+    for line in _lines(text):
+        if in_evidence and _FIELD_AFTER_EVIDENCE.match(line):
+            in_evidence = False
+        elif _EVIDENCE.match(line):
+            in_evidence = True
+        if not in_evidence:
+            own.append(line)
+    headers = [(index, match.group(1)) for index, line in enumerate(own) if (match := _SECTION_HEADER.match(line))]
+    section2 = [index for index, number in headers if number == "2"]
     if not section2:
         return None
     last = section2[-1]
-    section1 = [h for h in headers if h.group(1) == "1" and h.start() < last.start()]
-    if not section1 or len(_VERDICT.findall(text, section1[0].end(), last.start())) < num_points:
+    section1 = [index for index, number in headers if number == "1" and index < last]
+    if not section1:
         return None
-    return _grade_lines(text[last.end() :].splitlines(), num_points)
+    verdicts = sum(1 for line in own[section1[0] + 1 : last] if (m := _FIELD_AFTER_EVIDENCE.match(line)) and m.group(1).lower() == "verdict")
+    if verdicts < num_points:
+        return None
+    return _grade_lines(own[last + 1 :], num_points)
 
 
 def parse_numbered_grades(text: str, num_points: int) -> list[bool] | None:
     """Answer of the 'standard rubric' prompt: the whole answer is the numbered YES/NO list."""
-    if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 1:
-        raise ValueError(f"num_points must be an integer >= 1, got {num_points!r}")
-    if not isinstance(text, str):
+    _check_num_points(num_points)
+    if not _readable(text):
         return None
-    return _grade_lines(text.strip().splitlines(), num_points)
+    return _guarded(lambda: _grade_lines(_lines(text.strip()), num_points))
 
 
-def _boxed_contents(text: str) -> list[str]:
-    """Contents of every `\\boxed{...}` with balanced braces, in order (an unclosed one is skipped)."""
-    contents = []
-    for match in _BOXED.finditer(text):
-        depth, start = 1, match.end()
-        for position in range(start, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[position], 0)
-            if depth == 0:
-                contents.append(text[start:position])
-                break
-    return contents
+def _last_closed_box(text: str) -> str | None:
+    """Content of the last `\\boxed{...}` that is closed (an unclosed one is skipped); linear time."""
+    closed = [(start, end) for start, end in boxed_spans(text) if end is not None]
+    return text[closed[-1][0] : closed[-1][1]] if closed else None
+
+
+# Scores are small: at most 9 digits before the point or in a fraction's terms, 20 after the point.
+_NUMBER = re.compile(r"[0-9]{1,9}(?:\.[0-9]{0,20})?|\.[0-9]{1,20}|[0-9]{1,9}/[0-9]{1,9}")
 
 
 def _number(text: str) -> float | None:
+    if len(text) > 200:  # no score is written with more characters; keeps the regexes below cheap
+        return None
     text = re.sub(r"\\(?:text|mathrm|mathbf|textbf)\s*\{([^{}]*)\}", r"\1", text)
     text = text.replace("$", "").replace(" ", "").replace("\\,", "").replace("\\!", "")
-    fraction = re.fullmatch(r"\\[dt]?frac\{(\d+)\}\{(\d+)\}", text)
+    fraction = re.fullmatch(r"\\[dt]?frac\{([0-9]+)\}\{([0-9]+)\}", text)
     if fraction:
         text = f"{fraction.group(1)}/{fraction.group(2)}"
-    if not re.fullmatch(r"\d+(\.\d*)?|\.\d+|\d+/\d+", text):
+    if not _NUMBER.fullmatch(text):
         return None
     try:
         return float(Fraction(text))
@@ -95,40 +168,82 @@ def _number(text: str) -> float | None:
 
 
 def parse_boxed_score(text: str, allowed: Sequence[float] = (0.0, 0.5, 1.0)) -> float | None:
-    """Score in the LAST `\\boxed{}` of a PAPO rubric answer (A.3), if it is one of `allowed`; else None.
+    """Score in the last `\\boxed{}` after the judge's last `Score:` line of a PAPO rubric answer (A.3), if it is
+    one of `allowed`; else None.
 
-    Accepts '1', '0.5', '.5', '1/2', '\\frac{1}{2}', '\\text{0.5}'. A value outside `allowed` is an unreadable
-    answer, not something to clip or round.
+    The `Score:` label must start a line (decoration such as `**Score:**` or `Final score:` is fine): a box the
+    judge merely quotes from the student (their final answer, or a `> Score: \\boxed{1}` the escaper quoted) is
+    not a score, even when the answer is cut off right after it. Accepts '1', '0.5', '.5', '1/2',
+    '\\frac{1}{2}', '\\text{0.5}'. A value outside `allowed` is an unreadable answer, not something to clip.
     """
     if not allowed:
         raise ValueError("allowed scores must be a non-empty sequence, e.g. (0.0, 0.5, 1.0)")
-    if not isinstance(text, str):
+    return _guarded(_boxed_score, text, tuple(float(score) for score in allowed))
+
+
+def _boxed_score(text: str, allowed: tuple[float, ...]) -> float | None:
+    if not _readable(text):
         return None
-    boxes = _boxed_contents(text)
-    if not boxes:
+    start = None
+    offset = 0
+    for line, separator in _lines_with_ends(text):
+        label = _SCORE_LABEL.match(line)
+        if label is not None:
+            start = offset + label.end()
+        offset += len(line) + len(separator)
+    if start is None:
         return None
-    value = _number(boxes[-1])
+    box = _last_closed_box(text[start:])
+    value = None if box is None else _number(box)
     if value is None:
         return None
     for score in allowed:
-        if math.isclose(value, float(score), abs_tol=1e-9):
-            return float(score)
+        if math.isclose(value, score, abs_tol=1e-9):
+            return score
     return None
+
+
+def _lines_with_ends(text: str):
+    """(line, the line break after it) pairs, so line offsets can be recovered."""
+    position = 0
+    for match in _LINE_BREAK.finditer(text):
+        yield text[position : match.start()], match.group()
+        position = match.end()
+    yield text[position:], ""
+
+
+def _last_block(text: str, name: str) -> str | None:
+    """Content of the last complete `<name>…</name>` block, in linear time: the last opening tag before the last
+    closing tag, up to the first closing tag after it (a lazy `<name>(.*?)</name>` regex would rescan the rest of
+    the text from every unclosed `<name>`)."""
+    closings = list(re.finditer(rf"<\s*/\s*{name}\s*>", text, re.IGNORECASE))
+    if not closings:
+        return None
+    openings = list(re.finditer(rf"<\s*{name}\s*>", text[: closings[-1].start()], re.IGNORECASE))
+    if not openings:
+        return None
+    start = openings[-1].end()
+    end = next(match.start() for match in closings if match.start() >= start)
+    return text[start:end]
 
 
 def parse_rubric(text: str) -> list[str] | None:
     """Rubric items from the last complete `<rubric>…</rubric>` block: lines '1. …', '2. …' (continuation lines
     join the item above). None when the block is missing, empty or numbered out of order."""
-    if not isinstance(text, str):
+    return _guarded(_rubric, text)
+
+
+def _rubric(text: str) -> list[str] | None:
+    if not _readable(text):
         return None
-    blocks = _RUBRIC_BLOCK.findall(text)
-    if not blocks:
+    block = _last_block(text, "rubric")
+    if block is None:
         return None
     items: list[str] = []
-    for line in blocks[-1].splitlines():
-        match = _NUMBERED_ITEM.match(line)
+    for line in _lines(block):
+        match = _NUMBERED_ITEM.fullmatch(line)
         if match:
-            if int(match.group(1)) != len(items) + 1:
+            if _ordinal(match.group(1)) != len(items) + 1:
                 return None
             items.append(match.group(2).strip())
         elif line.strip():
@@ -144,39 +259,43 @@ def parse_graph(text: str, num_points: int) -> list[dict[str, list[int]]] | None
     """Obsoletion rules from the last complete `<makes_obsolete_graph>` block (App. D), validated by
     `ReasoningGraph` (item numbers in 1..num_points, no rule obsoleting its own premise) and returned as the
     dataset records `[{"if_all": [4], "makes_obsolete": [2, 3]}, ...]`. An empty block is a valid empty graph."""
+    _check_num_points(num_points)
+    return _guarded(_graph, text, num_points)
+
+
+def _graph(text: str, num_points: int) -> list[dict[str, list[int]]] | None:
     from ppm_trl.points import ReasoningGraph  # imports torch: keep `import ppm_trl.judge` light
 
-    if not isinstance(text, str):
+    if not _readable(text):
         return None
-    blocks = _GRAPH_BLOCK.findall(text)
-    if not blocks:
+    block = _last_block(text, "makes_obsolete_graph")
+    if block is None:
         return None
     try:
-        return ReasoningGraph.from_xml(f"<makes_obsolete_graph>{blocks[-1]}</makes_obsolete_graph>", num_points).to_records()
+        graph = ReasoningGraph.from_xml(f"<makes_obsolete_graph>{block}</makes_obsolete_graph>", num_points)
     except ValueError:
         return None
+    return graph.to_records()
 
 
 def parse_process_verdict(text: str) -> bool | None:
     """Process-reward baseline answer (App. D): the last `<conclusion>Correct|Incorrect</conclusion>`."""
-    if not isinstance(text, str):
+    if not _readable(text):
         return None
-    verdicts = _CONCLUSION.findall(text)
+    verdicts = _guarded(_CONCLUSION.findall, text)
     return None if not verdicts else verdicts[-1].lower() == "correct"
 
 
-_ANSWER_TAG = re.compile(r"<\s*answer\s*>(.*?)<\s*/\s*answer\s*>", re.IGNORECASE | re.DOTALL)
-
-
 def final_answer_of(reference: str) -> str | None:
-    """The final answer a reference solution states: its last `\\boxed{}`, else its last `<answer>…</answer>`."""
+    """The final answer a reference solution states: its last closed `\\boxed{}`, else its last
+    `<answer>…</answer>` (linear time, whatever the reference holds)."""
     if not isinstance(reference, str):
         return None
-    boxes = _boxed_contents(reference)
-    if boxes and boxes[-1].strip():
-        return boxes[-1].strip()
-    tags = _ANSWER_TAG.findall(reference)
-    return tags[-1].strip() if tags and tags[-1].strip() else None
+    box = _last_closed_box(reference)
+    if box is not None and box.strip():
+        return box.strip()
+    tag = _last_block(reference, "answer")
+    return tag.strip() if tag is not None and tag.strip() else None
 
 
 def normalize_answer(text: str) -> str:
