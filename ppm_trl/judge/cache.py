@@ -36,8 +36,8 @@ def request_fingerprint(model: str, api_base: str | None, transport: str, messag
     """What identifies a judge request: where it goes, how, and the exact messages and sampling parameters.
     JSON-normalised (tuples become lists, unknown objects their repr), so it reads back from a file unchanged."""
     messages_sha256 = hashlib.sha256(_canonical(messages).encode("utf-8")).hexdigest()
-    return json.loads(_canonical({"format": CACHE_FORMAT, "model": model, "api_base": api_base,
-                                  "transport": transport, "messages_sha256": messages_sha256, "params": params}))
+    return {"format": CACHE_FORMAT, "model": model, "api_base": api_base, "transport": transport,
+            "messages_sha256": messages_sha256, "params": json.loads(_canonical(params))}
 
 
 def request_key(fingerprint: dict[str, Any]) -> str:
@@ -148,9 +148,8 @@ class CacheWriter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[tuple[str, dict[str, Any], asyncio.Future]] = []
         self._unwritten: dict[str, dict[str, Any]] = {}  # queued or being written: readable through `get`
-        self._timer: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task | None = None
-        self._urgent = False  # flush() was called while a job was writing: write what is pending right after it
+        self._now: asyncio.Event | None = None  # set by flush() or max_pending: write without waiting `delay`
+        self._task: asyncio.Task | None = None  # the writer: runs while entries are pending
 
     def get(self, key: str) -> dict[str, Any] | None:
         """An entry not yet on disk, else the cache's (so a concurrent batch sees answers as soon as they exist)."""
@@ -160,8 +159,8 @@ class CacheWriter:
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or a forked child's new loop: the old queue is not ours
-            self._loop, self._pending, self._timer, self._task, self._urgent = loop, [], None, None, False
-            self._unwritten = {}
+            self._loop, self._pending, self._unwritten, self._task = loop, [], {}, None
+            self._now = asyncio.Event()
         return loop
 
     def put(self, key: str, entry: dict[str, Any]) -> asyncio.Future:
@@ -171,29 +170,28 @@ class CacheWriter:
         self._pending.append((key, entry, done))
         self._unwritten[key] = entry
         if len(self._pending) >= self.max_pending:
-            self.flush()
-        elif self._task is None and self._timer is None:
-            self._timer = loop.call_later(self.delay, self.flush)
+            self._now.set()
+        if self._task is None:
+            self._task = loop.create_task(self._write())
         return done
 
     def flush(self) -> None:
-        """Start writing every pending entry now."""
-        loop = self._bind()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._task is not None:
-            self._urgent = True
-        elif self._pending:
-            self._task = loop.create_task(self._write(loop))
+        """Write every pending entry now (after the write in progress, if any)."""
+        self._bind()
+        if self._pending:
+            self._now.set()
 
-    async def _write(self, loop: asyncio.AbstractEventLoop) -> None:
+    async def _write(self) -> None:
         try:
-            while True:
-                self._urgent = False
+            while self._pending:
+                try:
+                    await asyncio.wait_for(self._now.wait(), self.delay)
+                except asyncio.TimeoutError:
+                    pass
+                self._now.clear()
                 batch, self._pending = self._pending, []
                 try:
-                    errors = await loop.run_in_executor(None, self.cache.put_many, [(k, e) for k, e, _ in batch])
+                    errors = await asyncio.to_thread(self.cache.put_many, [(key, entry) for key, entry, _ in batch])
                 except BaseException as error:  # a bug (or the loop shutting down): tell every waiter
                     for _, _, done in batch:
                         if not done.done():
@@ -204,11 +202,5 @@ class CacheWriter:
                         del self._unwritten[key]
                     if not done.done():  # its waiter may have been cancelled
                         done.set_result(error)
-                if not self._pending or self._loop is not loop:
-                    return
-                if not self._urgent:  # more arrived while writing: let them gather until asked for
-                    self._timer = loop.call_later(self.delay, self.flush)
-                    return
         finally:
-            if self._loop is loop:
-                self._task = None
+            self._task = None
