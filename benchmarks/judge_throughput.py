@@ -1,9 +1,9 @@
 """Judge throughput: 1,024 PPM gradings against the loopback server (100 ms latency, max_concurrency=64).
 
-Prints the wall time against the ideal ceil(1024/64)·0.1 s (target ratio < 1.25), the client's CPU time per
+Prints the wall time against the ideal ceil(1024/64)·0.1 s (target ratio <= 1.3), the client's CPU time per
 request (all its threads: event loop, cache writer, caller) and the server's, and the load average, for both
 transports: `litellm` (litellm.acompletion, the default) and `openai_http` (direct POST to an OpenAI-compatible
-server over ppm_trl/judge/http.py). Then it repeats the run from the on-disk cache, which must send zero
+server through one aiohttp session). Then it repeats the run from the on-disk cache, which must send zero
 requests. The server runs in its own process, as a real judge server would, so its CPU time is not charged to
 the client; but on a machine with few cores it competes with the client for them, and its per-request CPU adds
 to every request's latency, so it is reported too.
@@ -62,7 +62,7 @@ def benchmark(args: argparse.Namespace, transport: str, server, api_base: str) -
         server_cpu = ask(server, "cpu") - server_cpu
         print(f"[transport={transport}] cold run: {args.requests} gradings, {ask(server, 'count')} requests "
               f"reached the server, {sum(g is not None for g in grades)} graded")
-        print(f"    elapsed {wall:.2f} s vs ideal {ideal:.2f} s -> ratio {wall / ideal:.2f} (target < 1.25); "
+        print(f"    elapsed {wall:.2f} s vs ideal {ideal:.2f} s -> ratio {wall / ideal:.2f} (target <= 1.3); "
               f"client CPU {1000 * cpu / args.requests:.2f} ms/request; server CPU {1000 * server_cpu / args.requests:.2f} "
               f"ms/request; latency p50 {judge.stats.snapshot()['latency_p50']:.3f} s; load average "
               f"{os.getloadavg()[0]:.1f}")
