@@ -275,8 +275,8 @@ def _run_interruptibly(judge: LiteLLMJudge, factory, finished: list[int], total:
 
 
 def _summary(failures: dict[int, dict[str, str]]) -> str:
-    kinds = {NO_ANSWER: "without a final answer (no judge call)", REQUEST_ERROR: "judge request error",
-             "unreadable": "judge answer unreadable"}
+    kinds = {NO_ANSWER: "without a final answer (no judge call)", REQUEST_ERROR: "with a judge request error",
+             "unreadable": "with an unreadable judge answer"}
     counts = [f"{sum(f['kind'] == kind for f in failures.values())} {label}" for kind, label in kinds.items()
               if any(f["kind"] == kind for f in failures.values())]
     return ", ".join(counts)
@@ -348,8 +348,9 @@ def run_prepare(args: argparse.Namespace):
     if failures:
         print(f"prepare: {len(failures)} row(s) failed: {_summary(failures)} (listed in {failures_path})")
     if failures and not args.drop_invalid:
-        first = ", ".join(f"row {i}: {failures[i]['reason']}" for i in sorted(failures)[:3])
-        raise PrepareFailed(f"{len(failures)} row(s) could not be prepared ({_summary(failures)}; {first}; all in "
+        first = min(failures)
+        raise PrepareFailed(f"{len(failures)} row(s) could not be prepared ({_summary(failures)}; first, row {first}: "
+                            f"{failures[first]['reason']}; all in "
                             f"{failures_path}). Rerun to retry only those rows (finished rows are kept), or pass "
                             "--drop-invalid to leave them out.")
     if failures:

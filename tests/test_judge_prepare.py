@@ -80,7 +80,7 @@ def test_prepare_resumes_and_validates(dataset_dir, tmp_path, monkeypatch, capsy
             main(arguments(dataset_dir, server, out, "--answer-column", "answer"))
         first_requests = grading_requests(server)
     assert exited.value.code == 1
-    assert "2 row(s) could not be prepared (2 judge answer unreadable; row 1: judge answered but no readable <rubric>" \
+    assert "2 row(s) could not be prepared (2 with an unreadable judge answer; first, row 1: judge answered but no readable <rubric>" \
         in capsys.readouterr().err
     assert first_requests == 4  # rows 0 and 2 rubric, row 0 graph; row 1 rubric (garbage)
     progress = [json.loads(line) for line in (out / PROGRESS_FILE).read_text().splitlines()]
@@ -229,7 +229,7 @@ def test_judge_request_errors_are_reported_as_such(tmp_path, monkeypatch, capsys
                                             "(HTTP 400): ")
     assert "maximum context length is 1024 tokens" in failures[0]["reason"]
     captured = capsys.readouterr()
-    assert "2 row(s) failed: 2 judge request error" in captured.out
+    assert "2 row(s) failed: 2 with a judge request error" in captured.out
     assert "no readable <rubric>" not in captured.err + captured.out
 
 

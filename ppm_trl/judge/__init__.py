@@ -21,10 +21,12 @@ from ppm_trl.judge.parsing import (
 )
 from ppm_trl.judge.prompts import PAPO_TIERS, build_messages, format_rubric
 from ppm_trl.judge.stats import JudgeStats
+from ppm_trl.judge.tasks import JudgeFailure
 
 __all__ = [
     "PAPO_TIERS",
     "JudgeConfigurationError",
+    "JudgeFailure",
     "JudgeStats",
     "JudgeStatsCallback",
     "LiteLLMJudge",

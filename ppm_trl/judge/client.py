@@ -274,11 +274,11 @@ class LiteLLMJudge(JudgeTasks):
         else:
             key = f"key variable {variable} is {'set' if os.environ.get(variable) else 'NOT set'}"
             if not os.environ.get(variable) and self.model.startswith(("openai/", "hosted_vllm/")) and self.api_base:
-                key += " (a local server that needs no key works without it)"
+                key += " (needed only if this server asks for a key)"
         detail = redact(f"{type(error).__name__}: {error}")[:300]
         return JudgeConfigurationError(
             f"judge model {self.model!r} at api_base={self.api_base or '(provider default)'} cannot be used: {hint} "
-            f"(HTTP {status if status is not None else '-'}); {key}. {detail}"
+            f"{f'(HTTP {status})' if status is not None else '(no connection)'}; {key}. {detail}"
         )
 
     # ------------------------------------------------------------------------------------------ identity
