@@ -433,8 +433,19 @@ def train(argv: list[str]) -> None:
     trainer, result = run_training(script_args, training_args, model_args)
     if trainer.accelerator.is_main_process:
         summary = {"method": script_args.method, "steps": result.global_step, "train_loss": result.training_loss,
-                   "output_dir": training_args.output_dir}
+                   "output_dir": training_args.output_dir,
+                   "metrics_mean": method_metrics_mean(trainer.state.log_history)}
         print("ppm-trl train: done " + json.dumps(summary))
+
+
+def method_metrics_mean(history: list[dict]) -> dict[str, float]:
+    """Mean over the logged steps of every ppm/, papo/, arg/, judge/ and reward metric (what a user checks first)."""
+    values: dict[str, list[float]] = {}
+    for entry in history:
+        for key, value in entry.items():
+            if key.startswith(("ppm/", "papo/", "arg/", "judge/", "reward")) and isinstance(value, (int, float)):
+                values.setdefault(key, []).append(float(value))
+    return {key: sum(v) / len(v) for key, v in sorted(values.items())}
 
 
 @dataclass

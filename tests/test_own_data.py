@@ -1,0 +1,98 @@
+"""README "Train on your own data", run as written: a GSM8K-shaped and a MATH-shaped JSONL through `prepare`,
+`train --method ppm|papo|arg` and `eval`, through the installed `ppm-trl` entry point, against the loopback
+OpenAI-compatible judge (tests/judge_server.py), with the tiny model and `--max_steps 2` (issue #18 item 7)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from judge_server import JudgeServer, scripted_judge
+from test_readme import readme_block
+
+pytestmark = pytest.mark.slow  # 9 CLI runs, each importing torch + TRL: about 3 minutes on 2 cores
+
+ENTRY_POINT = Path(sys.executable).parent / "ppm-trl"
+GSM8K = [{"question": f"Natalia sold {n} clips in April and half as many in May. How many in all?",
+          "answer": f"In May she sold {n} / 2 = {n // 2} clips.\nIn all she sold {n} + {n // 2} = {n + n // 2}.\n"
+                    f"#### {n + n // 2}"} for n in range(2, 42, 2)]
+MATH = [{"problem": f"What is ${n} + {n + 1}$?",
+         "solution": f"We add the two numbers: ${n} + {n + 1} = {2 * n + 1}$.\nSo the answer is $\\boxed{{{2 * n + 1}}}$."}
+        for n in range(20)]
+
+
+def grading_judge(body: dict) -> str:
+    """The scripted judge, except that a PPM grading request gets point 1 for about half of the rollouts (decided
+    by a hash of the request), so the tiny untrained model's rollouts earn judge-graded progress."""
+    answer = scripted_judge(body)
+    system = next((m["content"] for m in body.get("messages", []) if m.get("role") == "system"), "")
+    if "Section 2" in system and int(hashlib.sha256(json.dumps(body).encode()).hexdigest(), 16) % 2:
+        head, grades = answer.rsplit("Section 2", 1)
+        answer = head + "Section 2" + re.sub(r"^1\. NO$", "1. YES", grades, count=1, flags=re.MULTILINE)
+    return answer
+
+
+def _jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_readme_own_data_commands(tmp_path):
+    _jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    _jsonl(tmp_path / "math.jsonl", MATH)
+    _jsonl(tmp_path / "gsm8k_test.jsonl", GSM8K[:3])
+    _jsonl(tmp_path / "math_test.jsonl", MATH[:3])
+    commands = readme_block("Train on your own data", "bash", index=1)
+    with JudgeServer(responder=grading_judge, max_lifetime=1200) as server:
+        env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}  # a local judge
+        env.update(
+            PATH=f"{ENTRY_POINT.parent}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+            WANDB_MODE="disabled", LITELLM_LOCAL_MODEL_COST_MAP="True", HF_DATASETS_DISABLE_PROGRESS_BARS="1",
+            MODEL="--model_name_or_path tiny --use_cpu true",
+            PREPARE_JUDGE=f"--judge-model hosted_vllm/scripted-judge --api-base {server.api_base} --no-progress",
+            TRAIN_JUDGE=f"--judge_model hosted_vllm/scripted-judge --judge_api_base {server.api_base}",
+            RUN="--max_steps 2 --per_device_train_batch_size 8 --num_generations 8 --max_completion_length 24 "
+                "--logging_steps 1 --report_to none --save_strategy no --disable_tqdm true",
+            SAMPLES="--num_samples 2 --k 1 2 --max_new_tokens 8",
+        )
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+
+    import datasets
+
+    for shape in ("gsm8k", "math"):
+        prepared = datasets.load_from_disk(str(tmp_path / "data" / shape))
+        assert {"prompt", "answer", "reference", "reasoning_points", "reasoning_graph"} <= set(prepared.column_names)
+        assert len(prepared) == 20
+    assert datasets.load_from_disk(str(tmp_path / "data" / "gsm8k"))["answer"][:2] == ["3", "6"]  # after ####
+    assert datasets.load_from_disk(str(tmp_path / "data" / "math"))["answer"][:2] == ["1", "3"]  # last \boxed{}
+
+    done = [json.loads(line.split("done ", 1)[1]) for line in result.stdout.splitlines()
+            if line.startswith("ppm-trl train: done ")]
+    assert [(d["method"], Path(d["output_dir"]).name) for d in done] == [
+        ("ppm", "ppm_gsm8k"), ("papo", "papo_gsm8k"), ("arg", "arg_gsm8k"),
+        ("ppm", "ppm_math"), ("papo", "papo_math"), ("arg", "arg_math"), ("arg", "arg_gsm8k_raw")]
+    assert all(d["steps"] == 2 for d in done)
+    for ppm in (done[0], done[3]):  # the judge graded the rollouts, and some reached a point
+        assert ppm["metrics_mean"]["ppm/final_progress"] > 0, ppm
+        assert ppm["metrics_mean"].get("ppm/unscorable_frac", 0) < 1, ppm
+    from huggingface_hub import ModelCard
+
+    for d in done:  # a model card in every output dir
+        card = ModelCard.load(tmp_path / d["output_dir"] / "README.md")
+        assert {"ppm-trl", d["method"]} <= set(card.data.tags)
+
+    evals = [json.loads(line.split("ppm-trl eval: ", 1)[1]) for line in result.stdout.splitlines()
+             if line.startswith("ppm-trl eval: {")]
+    assert [(e["dataset"], e["problems"], e["samples_per_problem"]) for e in evals] == [
+        ("gsm8k_test.jsonl", 3, 2), ("math_test.jsonl", 3, 2)]
+    assert all({"pass@1", "pass@2", "avg@2"} <= set(e) for e in evals)
+    written = json.loads((tmp_path / "eval_math.json").read_text())
+    assert [p["answer"] for p in written["per_problem"]] == ["1", "3", "5"]
+    assert all(len(p["completions"]) == len(p["correct"]) == 2 for p in written["per_problem"])
