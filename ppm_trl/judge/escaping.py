@@ -2,80 +2,285 @@
 
 A rollout is written by the policy being trained, so it can contain — by accident or because RL found that it
 pays — the very delimiters the judge prompt relies on: a `</rollout>` that ends the evidence early and smuggles
-in instructions, a fake 'Section 2 – Grades' list of YES, prompt headers such as '# Instructions'. Each
-neutraliser keeps the text readable (the judge still sees what the rollout says) but makes it impossible to
-mistake for the prompt's structure:
+in instructions, a fake 'Section 2 – Grades' list of YES, prompt headers such as '# Instructions', a chat
+template's role tokens. Each neutraliser keeps the text readable (the judge still sees what the rollout says)
+but makes it impossible to mistake for the prompt's structure:
 
-- tags `<rollout>` / `</rollout>` (and `&lt;` forms) become `‹rollout›` / `‹/rollout›`;
+- tags `<rollout>` / `</rollout>` (also without `>`, with `<\\/`, as `&lt;` entities) become `(rollout)` /
+  `(/rollout)`; chat-template tokens (`<|im_end|>`, `<|eot_id|>`, `[INST]`, `<<SYS>>`, `<end_of_turn>`, ...)
+  get round brackets the same way;
 - 'Section 2' becomes '§ 2', so neither the judge nor `parse_point_grades` can meet a section header in it;
 - lines that mimic the prompt's headers or the judge's answer format (`# Rubric`, `Student solution:`, `-------`,
-  `1. YES`, `Verdict: YES`, `## Evaluation`, `Score: ...`) are quoted with a leading '> '.
+  a setext `====` underline, `1. YES`, `* *2 YES`, `Verdict: YES`, `## Evaluation`, `Score: ...`) are quoted
+  with a leading '> '.
+
+Look-alikes. A judge model reads `＜/rollout＞`, `</rоllout>` (Cyrillic о), `</roll\\u200bout>`, `&#60;/rollout>`
+or `## Evaluation` written with full-width `＃` as the real thing. So the patterns are matched on a *folded* copy
+of the text — per character NFKC with combining marks dropped, zero-width and other format characters (soft
+hyphen included) removed, HTML entities decoded, Cyrillic/Greek letters, angle brackets, dashes and slashes
+that look like ASCII mapped to it, every Unicode line break made '\\n' — and each match is neutralised in the
+ORIGINAL text at the place it came from. Text that matches nothing passes through unchanged (x², π, accents and
+Cyrillic prose stay as written); the neutral forms use ASCII round brackets, which no look-alike reading turns
+back into a tag.
 
 `\\boxed{}` is left alone in PAPO student solutions: it is how a student states the final answer, which the
-judge must see; the score is read from the judge's *last* `\\boxed{}`, which follows its own 'Score:'.
+judge must see; the score is read from the box on the judge's own last 'Score:' line.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
+import html
 import re
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Callable, Iterable
 
-_SECTION = re.compile(r"\bsection(?=\s*[-–—:.]?\s*\d)", re.IGNORECASE)
+from ppm_trl.judge.parsing import GRADE_LINE
 
+# --------------------------------------------------------------------------------------------------- folding
+_LINE_BREAKS = frozenset("\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+_INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")  # Hangul fillers: letters that print as nothing
+_LOOKALIKES = {
+    # Cyrillic
+    "А": "A", "В": "B", "С": "C", "Е": "E", "Н": "H", "І": "I", "Ј": "J", "К": "K", "М": "M", "О": "O", "Р": "P",
+    "Ѕ": "S", "Т": "T", "Х": "X", "У": "Y", "Ү": "Y", "Ԁ": "D", "Ԛ": "Q", "Ԝ": "W", "Ӏ": "I",
+    "а": "a", "с": "c", "е": "e", "о": "o", "р": "p", "ѕ": "s", "і": "i", "ј": "j", "х": "x", "у": "y",
+    "ү": "y", "ԁ": "d", "һ": "h", "ԛ": "q", "ԝ": "w", "ӏ": "l", "ь": "b", "г": "r", "п": "n", "т": "t",
+    # Greek
+    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O", "Ρ": "P",
+    "Τ": "T", "Υ": "Y", "Χ": "X", "Ϲ": "C", "ο": "o", "ι": "i", "κ": "k", "ν": "v", "ρ": "p", "υ": "u", "α": "a",
+    "τ": "t", "ϲ": "c", "ϳ": "j", "ε": "e",
+    # Latin oddities NFKC keeps
+    "ı": "i", "ȷ": "j", "ɡ": "g", "ʏ": "y", "ɴ": "n",
+    # brackets, slashes, bars, dashes, colons, number signs
+    "‹": "<", "›": ">", "«": "<", "»": ">", "〈": "<", "〉": ">", "⟨": "<", "⟩": ">", "❬": "<", "❭": ">",
+    "❮": "<", "❯": ">", "ᐸ": "<", "ᐳ": ">", "˂": "<", "˃": ">", "⧼": "<", "⧽": ">",
+    "∕": "/", "⁄": "/", "⧸": "/", "╱": "/", "ǀ": "|", "∣": "|", "│": "|", "┃": "|",
+    "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-", "─": "-", "━": "-", "⸺": "-", "⸻": "-",
+    "⎯": "-", "ー": "-", "∶": ":", "꞉": ":", "ː": ":", "˸": ":", "♯": "#", "⋕": "#",
+}
+_LOOKALIKE_TABLE = str.maketrans(_LOOKALIKES)
+# What can fold to something else: a non-ASCII character, an HTML entity (`&amp;` prefixes decoded too), a line
+# break other than '\n'.
+_FOLDABLE = re.compile(
+    r"&((?:amp;)*)(#[0-9]{1,8};?|#[xX][0-9a-fA-F]{1,8};?|[A-Za-z][A-Za-z0-9]{1,31};?)|\r\n|[^\x00-\x7f]+|[\r\x0b\x0c\x1c-\x1e]"
+)
+_ASCII_FOLDABLE = re.compile(r"[&\r\x0b\x0c\x1c-\x1e]")
+
+
+@functools.lru_cache(maxsize=16384)
+def fold_char(char: str) -> str:
+    """What a look-alike-reading judge takes one character for ('' for an invisible one)."""
+    if char in _LINE_BREAKS:
+        return "\n"
+    if char in _INVISIBLE_LETTERS:
+        return ""
+    kept = "".join(
+        c for c in unicodedata.normalize("NFKD", char) if unicodedata.category(c) not in ("Mn", "Me", "Cf")
+    )
+    return unicodedata.normalize("NFC", kept).translate(_LOOKALIKE_TABLE)
+
+
+class Folded:
+    """The folded copy of `text` (`.folded`) and, for each of its characters, the span of `text` it came from.
+
+    The map is kept as segments (folded start, original start, original end or None): a None segment maps its
+    characters one for one (ASCII, θ, π, Cyrillic), any other maps all of its characters to one original span (an
+    entity, a ligature, `\\r\\n`, a dropped zero-width character). Lookups bisect the segment starts.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self._folded_starts: list[int] = [0]
+        self._original_starts: list[int] = [0]
+        self._original_ends: list[int | None] = [None]
+        if text.isascii() and not _ASCII_FOLDABLE.search(text):  # the common case: folding changes nothing
+            self.folded = text
+            return
+        parts: list[str] = []
+        length = 0  # of the folded text so far
+        position = 0
+        for match in _FOLDABLE.finditer(text):
+            piece = match.group()
+            if piece[0] == "&":
+                entity = "&" + match.group(2)
+                decoded = html.unescape(entity)
+                pieces = [piece if decoded == entity else "".join(map(fold_char, decoded))]
+            elif piece == "\r\n":
+                pieces = ["\n"]
+            else:  # a run of non-ASCII characters, folded one by one
+                pieces = [fold_char(c) for c in piece]
+            parts.append(text[position : match.start()])
+            length += match.start() - position
+            if len(pieces) == len(piece) and all(len(p) == 1 for p in pieces):  # one for one: the map goes on
+                parts += pieces
+                length += len(pieces)
+                position = match.end()
+                continue
+            self._segment(length, position, None, match.start())
+            origin = match.start()
+            for folded in pieces:
+                end = match.end() if len(pieces) == 1 else origin + 1
+                if len(folded) == 1 and end == origin + 1:
+                    self._segment(length, origin, None, origin)
+                elif folded:
+                    self._segment(length, origin, end, origin)
+                parts.append(folded)
+                length += len(folded)
+                origin = end
+            self._segment(length, match.end(), None, match.end())
+            position = match.end()
+        parts.append(text[position:])
+        self.folded = "".join(parts)
+
+    def _segment(self, folded_start: int, original_start: int, original_end: int | None, _: int) -> None:
+        if original_end is None:  # one-for-one from here: merge with the segment before when it continues it
+            last = len(self._folded_starts) - 1
+            if self._original_ends[last] is None and (
+                self._original_starts[last] - self._folded_starts[last] == original_start - folded_start
+            ):
+                return
+        if self._folded_starts[-1] == folded_start:  # replaces an empty segment at the same place
+            self._folded_starts.pop(), self._original_starts.pop(), self._original_ends.pop()
+        self._folded_starts.append(folded_start)
+        self._original_starts.append(original_start)
+        self._original_ends.append(original_end)
+
+    def _origin(self, index: int) -> tuple[int, int]:
+        segment = bisect.bisect_right(self._folded_starts, index) - 1
+        start, end = self._original_starts[segment], self._original_ends[segment]
+        if end is None:
+            start += index - self._folded_starts[segment]
+            return start, start + 1
+        return start, end
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """The span of the original text that folded[start:end] came from (whole characters/entities)."""
+        if start >= end:
+            position = self.line_start(start)
+            return position, position
+        return self._origin(start)[0], self._origin(end - 1)[1]
+
+    def line_start(self, start: int) -> int:
+        """Where in the original text the folded line starting at `start` begins (just after its line break)."""
+        return 0 if start == 0 else self._origin(start - 1)[1]
+
+
+# ------------------------------------------------------------------------------------------- neutralisers
+Edit = tuple[int, int, str]  # replace original[start:end] by the string (start == end: an insertion)
+Rule = Callable[[Folded], list[Edit]]
+
+_ROLE_TOKENS = re.compile(
+    r"<\|[^<>|\n]{1,64}\|>|<\|[A-Za-z_]{2,40}|\[/?INST\]|<</?SYS>>|</?(?:s|bos|eos|start_of_turn|end_of_turn)>",
+    re.IGNORECASE,
+)
+_TO_ROUND = str.maketrans("<>[]", "()()")
+_SECTION = re.compile(r"(?<![a-z0-9])section(?=[ \t\n\-:.]*[0-9])", re.IGNORECASE)
+
+_UNDERLINE = r"[ \t]*(?:=+|-+|(?:[-*_=~][ \t]*){3,})[ \t]*$"  # setext underline, thematic break, '-------'
+_NUMBER_PREFIX = r"(?:[0-9]+(?:[ \t*_]*[.):])?[ \t*_]*)?"
 _PPM_LINES = re.compile(
-    r"^(?=\s*[#*_]*\s*(?:"
-    r"(?:problem\s+statement|partial\s+rollout|rubric|instructions|student\s+solution)\b"  # the prompts' headers
-    r"|-{3,}\s*$"  # the standard rubric prompt's '-------' separators
-    r"|\d+\s*[.):]\s*[*_]*\s*(?:yes|no)\b"  # a numbered grade line
-    r"|(?:criterion|evidence|reason|verdict)\s*:"  # Section 1 fields
-    r"))",
+    r"^(?:[ \t]*#"  # any Markdown header
+    r"|[ \t#*_]*(?:problem\s+statement|partial\s+rollout|rubric|instructions|student\s+solution)\b"  # prompt headers
+    rf"|{_UNDERLINE}"
+    rf"|[ \t#*_]*{_NUMBER_PREFIX}(?:criterion|evidence|reason|verdict)[ \t*_]*:"  # Section 1 fields
+    r"|[ \t#*_]*[0-9]+(?:[ \t*_]*[.):])?[ \t*_]*(?:yes|no)\b"  # a grade line, even with prose after it
+    rf"|(?:{GRADE_LINE.pattern})$"  # exactly what parse_point_grades reads as a grade line
+    r")",
     re.IGNORECASE | re.MULTILINE,
 )
-_PPM_HEADERS = re.compile(r"^(?=\s*#)", re.MULTILINE)
-
+_PAPO_NAMES = r"(?:instructions?|scoring\s+rubric|problem|reference\s+solution|student\s+solution|evaluation)"
 _PAPO_LINES = re.compile(
-    r"^(?=\s*[#*_]*\s*(?:"
-    r"#+\s*(?:instruction|scoring\s+rubric|problem|reference\s+solution|student\s+solution|evaluation)\b"
-    r"|(?:analysis|score)\s*:"
-    r"))",
+    rf"^(?:[ \t#*_]*#+[ \t]*{_PAPO_NAMES}\b"  # '## Evaluation'
+    rf"|[ \t#*_]*{_PAPO_NAMES}[ \t*_:]*$"  # a bare 'Evaluation' line (a header once underlined or bold)
+    rf"|{_UNDERLINE}"
+    r"|[ \t#*_]*(?:final[ \t]+)?(?:analysis|score)[ \t*_]*:"  # the answer format the parser reads
+    r")",
     re.IGNORECASE | re.MULTILINE,
 )
+_HEADERS = re.compile(r"^[ \t]*#", re.MULTILINE)
+
+
+def tag_rule(names: Iterable[str]) -> Rule:
+    """`<name ...>`, `</name>`, `</name` (no `>`), `<\\/name>` → `(name ...)`, `(/name)`."""
+    pattern = re.compile(
+        rf"<[ \t\n]*(\\*/)?[ \t\n]*({'|'.join(names)})(?![a-z0-9_])(?:([^<>\n]{{0,200}})>)?", re.IGNORECASE
+    )
+
+    def edits(folded: Folded) -> list[Edit]:
+        return [
+            (*folded.span(m.start(), m.end()), f"({'/' if m.group(1) else ''}{m.group(2)}{m.group(3) or ''})")
+            for m in pattern.finditer(folded.folded)
+        ]
+
+    return edits
+
+
+def _role_tokens(folded: Folded) -> list[Edit]:
+    return [(*folded.span(m.start(), m.end()), m.group().translate(_TO_ROUND)) for m in _ROLE_TOKENS.finditer(folded.folded)]
+
+
+def _sections(folded: Folded) -> list[Edit]:
+    return [(*folded.span(m.start(), m.end()), "§") for m in _SECTION.finditer(folded.folded)]
+
+
+def line_rule(pattern: re.Pattern[str]) -> Rule:
+    """Quote ('> ') every line whose folded form `pattern` matches at its start."""
+
+    def edits(folded: Folded) -> list[Edit]:
+        starts = {m.start() for m in pattern.finditer(folded.folded)}
+        return [(folded.line_start(s), folded.line_start(s), "> ") for s in sorted(starts)]
+
+    return edits
+
+
+def neutralize(text: str, rules: Iterable[Rule], max_passes: int = 4) -> str:
+    """Apply `rules` until nothing in the folded text matches any of them (a replacement can, rarely, bring two
+    pieces together into a new match). Each pass is linear in `len(text)`."""
+    rules = list(rules)
+    for _ in range(max_passes):
+        folded = Folded(text)
+        edits = sorted({edit for rule in rules for edit in rule(folded)}, key=lambda e: (e[0], e[1] > e[0]))
+        if not edits:
+            return text
+        pieces, position = [], 0
+        for start, end, replacement in edits:
+            if start < position:  # overlaps the edit before: the next pass sees what is left
+                continue
+            pieces += [text[position:start], replacement]
+            position = end
+        pieces.append(text[position:])
+        text = "".join(pieces)
+    return text
+
+
+# ------------------------------------------------------------------------------------------ per prompt
+_ROLLOUT_RULES = (tag_rule(["rollout"]), _role_tokens, _sections, line_rule(_PPM_LINES))
+_PAPO_RULES = (_role_tokens, line_rule(_PAPO_LINES))
+_PROCESS_RULES = (tag_rule([r"part_\d+", r"analysis_\d+", "conclusion"]), _role_tokens, line_rule(_HEADERS))
 
 
 def neutralize_tags(text: str, names: Iterable[str]) -> str:
-    """`<name ...>`, `</name>` and their `&lt;`/`&gt;` spellings become `‹name›` / `‹/name›` (case-insensitive)."""
-    alternatives = "|".join(names)
-    pattern = re.compile(
-        rf"(?:<|&lt;)\s*(/?)\s*({alternatives})\b([^<>]*?)\s*(/?)\s*(?:>|&gt;)",
-        re.IGNORECASE,
-    )
-    return pattern.sub(lambda m: f"‹{m.group(1)}{m.group(2)}{m.group(3)}{m.group(4)}›", text)
+    """`<name ...>`, `</name>` and their look-alike spellings become `(name ...)` / `(/name)`."""
+    return neutralize(text, [tag_rule(names)])
 
 
 def neutralize_sections(text: str) -> str:
     """'Section 2 – Grades' → '§ 2 – Grades': no section header of the PPM answer format survives."""
-    return _SECTION.sub("§", text)
-
-
-def quote_lines(text: str, pattern: re.Pattern[str]) -> str:
-    """Prefix every line that `pattern` matches (at the line start) with '> '."""
-    return pattern.sub("> ", text)
+    return neutralize(text, [_sections])
 
 
 def escape_rollout(text: str) -> str:
     """Untrusted rollout text for the PPM grading (and standard rubric) prompt."""
-    text = neutralize_tags(text, ["rollout"])
-    text = neutralize_sections(text)
-    text = quote_lines(text, _PPM_LINES)
-    return quote_lines(text, _PPM_HEADERS)
+    return neutralize(text, _ROLLOUT_RULES)
 
 
 def escape_papo_solution(text: str) -> str:
     """Untrusted student solution for the PAPO A.3 rubric prompt: its '## ...' headers and 'Score:' lines."""
-    return quote_lines(text, _PAPO_LINES)
+    return neutralize(text, _PAPO_RULES)
 
 
 def escape_process_chunk(text: str) -> str:
     """Untrusted chunk for the process-reward prompt: its <part_i>, <analysis_i>, <conclusion> tags."""
-    text = neutralize_tags(text, [r"part_\d+", r"analysis_\d+", "conclusion"])
-    return quote_lines(text, _PPM_HEADERS)
+    return neutralize(text, _PROCESS_RULES)
