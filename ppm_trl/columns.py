@@ -70,14 +70,20 @@ def map_columns(dataset, problem_column: str | None = None, answer_column: str |
         if column is not None and column not in columns:
             raise ValueError(f"{flag} {column!r} is not a column of {source}; its columns are {columns}")
     # Read every source column before writing any: `--reference_column answer` + the `answer` gold both read `answer`.
-    new = {}
-    report = []
+    new: dict[str, list] = {}
+    report: list[str] = []
     if problem_column is not None:
         new["prompt"] = [[{"role": "user", "content": _text(v, problem_column, i)}]
                          for i, v in enumerate(dataset[problem_column])]
     if reference_column is not None:
         new["reference"] = [boxed_reference(_text(v, reference_column, i))
                             for i, v in enumerate(dataset[reference_column])]
+    elif "reference" in columns and any(isinstance(v, str) and v != boxed_reference(v) for v in dataset["reference"]):
+        new["reference"] = [boxed_reference(v) if isinstance(v, str) else v for v in dataset["reference"]]
+    if "reference" in new:
+        converted = sum(a != b for a, b in zip(dataset[reference_column or "reference"], new["reference"]))
+        if converted:
+            report.append(f"references: {converted} GSM8K `#### x` final lines read as `\\boxed{{x}}`")
     answer_source = answer_column or ("answer" if "answer" in columns else None)
     if answer_source is not None:
         values = dataset[answer_source]

@@ -28,7 +28,7 @@ def check_columns(dataset, required: dict[str, str], method: str) -> None:
                 from ..columns import FIXES
 
                 raise ValueError(
-                    f"{method} needs a `{column}` column in the dataset; the dataset's columns are {sorted(columns)}. "
+                    f"{method} needs the `{column}` column in the dataset; the dataset's columns are {sorted(columns)}. "
                     f"Fix: {FIXES.get(column, 'see the dataset format in the README')} (in Python: "
                     "`ppm_trl.columns.map_columns(dataset, problem_column=..., answer_column=..., reference_column=...)`)."
                 )
