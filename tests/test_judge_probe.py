@@ -139,3 +139,16 @@ def test_unscorable_steps_stop_training(monkeypatch):
         JudgeStatsCallback(judge, max_unscorable_frac=0)
     with pytest.raises(ValueError, match="judge_unscorable_window must be an integer >= 1, got 0"):
         JudgeStatsCallback(judge, unscorable_window=0)
+
+
+def test_install_probes_once_even_when_passed_in_callbacks(monkeypatch):
+    from ppm_trl.judge.callback import JudgeStatsCallback
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
+    with JudgeServer() as server, make_judge(server.api_base, "openai_http") as judge:
+        callback = JudgeStatsCallback(judge)
+        trainer = SimpleNamespace(args=SimpleNamespace(), callback_handler=SimpleNamespace(callbacks=["reporting", callback]))
+        callback.install(trainer)
+        callback.install(trainer)
+        assert trainer.callback_handler.callbacks == [callback, "reporting"]
+        assert server.requests == 1 and server.bodies[0]["max_tokens"] == PROBE_MAX_TOKENS

@@ -45,6 +45,7 @@ class JudgeStatsCallback(TrainerCallback):
         self.judge = judge
         self.prefix = prefix
         self._last = judge.stats.snapshot()
+        self._installed = False
         self._configure(max_unscorable_frac, unscorable_window)
 
     def _configure(self, max_unscorable_frac: float, unscorable_window: int) -> None:
@@ -59,12 +60,13 @@ class JudgeStatsCallback(TrainerCallback):
         callbacks = trainer.callback_handler.callbacks
         if self in callbacks:
             callbacks.remove(self)
-        else:
+        if not self._installed:
             args = getattr(trainer, "args", None)
             self._configure(getattr(args, "judge_max_unscorable_frac", self.max_unscorable_frac),
                             getattr(args, "judge_unscorable_window", self._window.maxlen))
             if getattr(args, "judge_probe", True):
                 self.judge.probe()
+            self._installed = True
         callbacks.insert(0, self)
         return self
 
