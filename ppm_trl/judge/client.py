@@ -14,6 +14,11 @@ unscorable (None) and counted — never a silent 0.
 
 API keys come from the environment only (the provider's usual variable, or the one named by `api_key_env`);
 they are read when a request is sent and are never stored, logged, shown in `repr` or returned by `config()`.
+A local OpenAI-compatible server that needs no key works with no variable set: `openai_http` then sends no
+Authorization header, LiteLLM's `hosted_vllm/` needs none, and for LiteLLM's `openai/` with an `api_base` the
+judge passes a placeholder key (its SDK refuses to send without one). A refused or missing key (401/403), an
+unknown model (404) raise `JudgeConfigurationError` at once, never retried; `probe()` checks all that, and that a
+server listens at `api_base`, with one tiny request before any work.
 """
 
 from __future__ import annotations
@@ -235,6 +240,7 @@ class LiteLLMJudge(JudgeTasks):
         )
         self._cache_writer = None if self._cache is None else CacheWriter(self._cache)
         self._semaphore: asyncio.Semaphore | None = None
+        self._fingerprints: dict[str, dict[str, Any]] = {}  # key -> request fingerprint, while its batch runs
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
@@ -392,7 +398,8 @@ class LiteLLMJudge(JudgeTasks):
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
                 if self._cache is not None:
-                    entry = {"request": self._fingerprint(messages), "content": reply.text, "created": time.time()}
+                    fingerprint = self._fingerprints.get(key) or self._fingerprint(messages)
+                    entry = {"request": fingerprint, "content": reply.text, "created": time.time()}
                     writes.append(self._cache_writer.put(key, entry))
                 return parsed
             self.stats.add(unparseable=1)
@@ -460,11 +467,13 @@ class LiteLLMJudge(JudgeTasks):
         writes: list[asyncio.Future] = []  # cache writes of the new answers
         try:
             for messages, parse in jobs:
-                key = request_key(self._fingerprint(messages))
+                fingerprint = self._fingerprint(messages)
+                key = request_key(fingerprint)
                 keys.append(key)
                 if key in tasks:
                     self.stats.add(deduplicated=1)
                     continue
+                self._fingerprints[key] = fingerprint  # for the cache entry: hashing a prompt twice costs ~20 µs
                 tasks[key] = asyncio.ensure_future(self._answer(key, messages, parse, writes))
                 if len(tasks) % self.max_concurrency == 0:
                     await asyncio.sleep(0)  # let the first requests go out while the rest are keyed (~20 µs each)
@@ -475,6 +484,9 @@ class LiteLLMJudge(JudgeTasks):
             if writes:
                 self._cache_writer.flush()  # the answers already received are still cached, unwaited for
             raise
+        finally:
+            for key in tasks:
+                self._fingerprints.pop(key, None)
         if writes:
             await self._written(writes)
         return [tasks[key].result() for key in keys]
