@@ -414,13 +414,13 @@ def training_summary(trainer, result, method: str) -> dict:
 
 def run_example(method: str, argv: list[str] | None = None) -> dict:
     """`examples/train_<method>.py`: parse YAML + flags for one method, train, save, print `train_<method>: done`."""
-    from trl import ModelConfig, TrlParser
-
-    parser = TrlParser((TrainScriptArguments, _config_class(method), ModelConfig))
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    if script_args.method not in ("grpo", method):  # "grpo" is the field's default: not set by the user
-        raise SystemExit(f"train_{method}.py trains `{method}`, but the config says method: {script_args.method}")
-    script_args.method = method
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path = _config_path(argv)
+    for said in (read_yaml_config(path).get("method") if path else None, _flag_value(argv, "--method", None)):
+        if said not in (None, "grpo", method):  # "grpo" is the field's default: not a choice the user made
+            raise SystemExit(f"train_{method}.py trains `{method}`, but the config says method: {said}")
+    # The same parse, checks and bf16 default as `ppm-trl train`.
+    script_args, training_args, model_args = parse_train_args([*argv, "--method", method])
     trainer, result = run_training(script_args, training_args, model_args)
     summary = training_summary(trainer, result, method)
     if trainer.accelerator.is_main_process:

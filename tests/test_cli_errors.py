@@ -189,3 +189,23 @@ def test_a_judge_that_cannot_judge_exits_1(monkeypatch, capsys):
     monkeypatch.setattr(cli, "train", unreachable)
     err = _fails(capsys, "train", code=1)
     assert "ppm-trl train: error: judge openai/x at http://127.0.0.1:9: connection refused" in err
+
+
+def test_prepare_wrong_column_is_one_line(tmp_path, capsys):
+    data = _jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    err = _fails(capsys, "prepare", "--dataset", str(data), "--problem-column", "questions", "--reference-column",
+                 "answer", "--judge-model", "hosted_vllm/x", "--api-base", "http://127.0.0.1:9/v1",
+                 "--out", str(tmp_path / "prepared"))
+    assert "ppm-trl prepare: error: --problem-column 'questions' is not a column of" in err
+
+
+def test_train_against_an_unreachable_judge_fails_fast_with_exit_1(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("HOSTED_VLLM_API_KEY", raising=False)
+    rows = [{"prompt": "1+1?", "answer": "2", "reasoning_points": ["one plus one", "\\boxed{2}"]}] * 4
+    data = _jsonl(tmp_path / "prepared.jsonl", rows)
+    config = _config(tmp_path, method="ppm", dataset_name=str(data), model_name_or_path="tiny",
+                     progress_scorer="judge", judge_model="hosted_vllm/x", judge_api_base="http://127.0.0.1:9/v1",
+                     judge_num_retries=0)
+    err = _fails(capsys, "train", "--config", str(config), code=1)
+    assert "judge model 'hosted_vllm/x' at api_base=http://127.0.0.1:9/v1 cannot be used" in err
+    assert not (tmp_path / "out" / "model.safetensors").exists()  # nothing trained
