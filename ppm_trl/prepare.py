@@ -327,7 +327,7 @@ def run_prepare(args: argparse.Namespace):
         judge.probe()  # a judge that cannot answer fails here, before any row's work
     finished = [len(done)]  # rows in the progress file, for the Ctrl-C message
     with open(progress_path, "a", encoding="utf-8") as progress, \
-            tqdm(total=len(rows), initial=len(done), desc="prepare", disable=args.no_progress) as bar:
+            tqdm(total=len(rows), initial=len(done) + len(failures), desc="prepare", disable=args.no_progress) as bar:
         if not done:
             progress.write(json.dumps({"meta": meta}) + "\n")
         try:
