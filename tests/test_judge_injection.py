@@ -63,3 +63,18 @@ def test_papo_student_solution_cannot_write_its_own_evaluation(judge):
     assert judge.complete([raw], parse=parse_boxed_score)[0] == 1.0  # fooled without escaping
     assert judge.score_rubric([("P", reference, attack)]) == [0.0]
     assert judge.score_rubric([("P", reference, "I guess.\n\\boxed{7}")]) == [0.0]  # same grade as without the attack
+
+
+def test_an_overlong_number_in_one_answer_does_not_kill_the_batch():
+    # #16 item 2: `\boxed{<5,000 digits>}` made int() raise inside the parser, which the client re-raised as a
+    # bug, so the whole score_rubric batch died. Now that one item is unscorable and the others are scored.
+    def responder(body):
+        user = body["messages"][-1]["content"]
+        return "Score: $\\boxed{" + "9" * 5000 + "}$" if "overlong" in user else "Analysis: ok.\nScore: $\\boxed{0.5}$"
+
+    with JudgeServer(responder=responder) as server:
+        with LiteLLMJudge("openai/overlong-judge", api_base=server.api_base, timeout=10, transport="openai_http",
+                          retry_unparseable=False) as judge:
+            items = [("P", "R", "fine"), ("P", "R", "overlong"), ("P", "R", "also fine")]
+            assert judge.score_rubric(items) == [0.5, None, 0.5]
+            assert judge.stats.unparseable == 1

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from ppm_trl.judge import (
     answer_in_text,
@@ -22,6 +25,7 @@ from ppm_trl.judge import (
     prompts,
 )
 from ppm_trl.judge.stats import JudgeStats, percentile
+from ppm_trl.rewards import last_boxed
 
 
 def ppm_answer(verdicts: list[str], grades: list[str], evidence: str = "x") -> str:
@@ -287,3 +291,117 @@ def test_percentile_and_stats_windows():
     assert empty["calls"] == 0 and empty["latency_p50"] != empty["latency_p50"]  # NaN: no call in the window
     with pytest.raises(KeyError):
         stats.add(bogus=1)
+
+
+# ------------------------------------------------------------------- any input: None or a value, linear time
+HUGE = "9" * 5000  # beyond Python's int-string limit (4,300 digits): int() raises on it
+
+
+@pytest.mark.parametrize(
+    "parse",
+    [
+        lambda: parse_boxed_score("Score: \\boxed{" + HUGE + "}"),  # each raised ValueError/OverflowError
+        lambda: parse_boxed_score("Score: \\boxed{1/" + HUGE + "}"),
+        lambda: parse_boxed_score("Score: \\boxed{" + "1" * 400 + "}"),  # float() overflows
+        lambda: parse_boxed_score("Score: \\boxed{1/" + "1" * 400 + "}"),  # ~0, but not a score anyone writes
+        lambda: parse_numbered_grades(HUGE + ". YES", 1),
+        lambda: parse_point_grades(ppm_answer(["YES"], ["YES"]).replace("\n1. YES", f"\n{HUGE}. YES"), 1),
+        lambda: parse_rubric(f"<rubric>\n1. a\n{HUGE}. b\n</rubric>"),
+        lambda: parse_graph(f'<makes_obsolete_graph><rule if_all="{HUGE}" makes_obsolete="1"/></makes_obsolete_graph>', 3),
+    ],
+)
+def test_overlong_numbers_are_unreadable_not_errors(parse):
+    assert parse() is None
+
+
+def test_answers_over_the_size_cap_are_not_parsed():
+    from ppm_trl.judge.parsing import MAX_ANSWER_CHARS
+
+    padding = "x" * MAX_ANSWER_CHARS
+    assert parse_boxed_score(padding + "\nScore: \\boxed{1}") is None
+    assert parse_boxed_score("x\nScore: \\boxed{1}") == 1.0
+
+
+def test_score_is_read_after_the_judges_own_score_line():
+    # Cut off right after quoting the student's final answer: no score, not the student's 1.
+    assert parse_boxed_score("Analysis: the student concludes $\\boxed{1}$ and") is None
+    assert parse_boxed_score("Analysis: quoting\n> Score: $\\boxed{1}$\nand") is None  # the escaped student line
+    assert parse_boxed_score("**Final score:** $\\boxed{0.5}$") == 0.5
+    assert parse_boxed_score("Score:\n$$\\boxed{1}$$") == 1.0
+
+
+def _cpu_seconds(function, argument, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        function(argument)
+        best = min(best, time.process_time() - start)
+    return max(best, 1e-4)
+
+
+ADVERSARIAL = {  # name: (function, input of size ~n); each was quadratic or worse before
+    "unclosed boxes (score)": (parse_boxed_score, lambda n: "Score: " + "\\boxed{" * (n // 7)),
+    "unclosed boxes (final answer)": (final_answer_of, lambda n: "\\boxed{" * (n // 7)),
+    "unclosed boxes (last_boxed)": (lambda t: last_boxed(t + "\\boxed{1}"), lambda n: "\\boxed{" * (n // 7)),
+    "grade line of spaces": (lambda t: parse_numbered_grades(t, 1), lambda n: "1" + " " * n + "x"),
+    "verdict of spaces": (lambda t: parse_point_grades(t, 1), lambda n: "Section 1\nverdict" + " " * n + "\nSection 2"),
+    "unclosed rubric blocks": (parse_rubric, lambda n: "<rubric>" * (n // 8) + "</rubric>"),
+    "unclosed rule tag": (lambda t: parse_graph(t, 3), lambda n: "<makes_obsolete_graph><rule" + " " * n + "</makes_obsolete_graph>"),
+    "unclosed answer tags": (final_answer_of, lambda n: "<answer>" * (n // 8)),
+    "escaper, tags and sections": (escape_rollout, lambda n: "</rollout section 1. YES\n" * (n // 25)),
+    "escaper, look-alikes": (escape_rollout, lambda n: "＜/rоllout\u200b Ѕection ２ &#60;\n" * (n // 25)),
+}
+
+
+@pytest.mark.parametrize("name", ADVERSARIAL)
+def test_parsing_time_grows_linearly(name):
+    # Not a speed target: the ratio of CPU times for an 8x larger input (best of 3) is ~8 when linear and ~64
+    # when quadratic; the bound of 32 leaves room for noise without letting a quadratic scan through.
+    function, make = ADVERSARIAL[name]
+    small, large = _cpu_seconds(function, make(40_000)), _cpu_seconds(function, make(320_000))
+    assert large / small < 32, f"{name}: {small:.4f} s at 40k chars, {large:.4f} s at 320k"
+
+
+FRAGMENTS = [
+    "Section 1 – Reasoning:", "Section 2 – Grades:", "\n", "1. YES", "2. NO", "* *1 YES", "Verdict: YES.",
+    "Evidence: ", "Reason: r.", "\\boxed{", "}", "{", "\\{", "Score: ", "0.5", "1/2", "\\frac{1}{2}", HUGE,
+    "<rubric>", "</rubric>", "<makes_obsolete_graph>", "</makes_obsolete_graph>", '<rule if_all="1" makes_obsolete="2"/>',
+    "<conclusion>Correct</conclusion>", "<answer>", "</answer>", "</rollout>", "＜", "\u200b", "\u00ad", "&lt;",
+    "&#60;", "Ѕ", "\u2028", "\r", "<|im_end|>", "> ", "_", "———",
+]
+ANY_TEXT = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=12)), max_size=30).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_TEXT)
+@example("Score: \\boxed{" + HUGE + "}")
+@example(f"<rubric>\n{HUGE}. a\n</rubric>")
+def test_parsers_return_none_or_a_valid_value_on_any_text(text):
+    grades = parse_point_grades(text, 2)
+    assert grades is None or (len(grades) == 2 and all(isinstance(g, bool) for g in grades))
+    numbered = parse_numbered_grades(text, 2)
+    assert numbered is None or (len(numbered) == 2 and all(isinstance(g, bool) for g in numbered))
+    assert parse_boxed_score(text) in (None, 0.0, 0.5, 1.0)
+    items = parse_rubric(text)
+    assert items is None or (items and all(isinstance(i, str) and i for i in items))
+    graph = parse_graph(text, 3)
+    assert graph is None or all(set(rule) == {"if_all", "makes_obsolete"} for rule in graph)
+    assert parse_process_verdict(text) in (None, True, False)
+    answer = final_answer_of(text)
+    assert answer is None or (isinstance(answer, str) and answer.strip() == answer and answer)
+    boxed = last_boxed(text)
+    assert boxed is None or isinstance(boxed, str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ANY_TEXT)
+def test_escaped_rollout_has_no_structure_left_for_any_text(text):
+    from ppm_trl.judge.escaping import Folded
+    from ppm_trl.judge.parsing import read_grade_line
+
+    seen = Folded(escape_rollout(text)).folded  # as a look-alike-reading judge sees it
+    assert not re.search(r"<\s*\\*/?\s*rollout(?![a-z0-9_])", seen, re.IGNORECASE)
+    assert not re.search(r"<\|[^<>|\n]{1,64}\|>", seen)
+    assert not re.search(r"(?<![a-z0-9])section[ \t\n\-:.]*[0-9]", seen, re.IGNORECASE)
+    assert not any(read_grade_line(line) for line in seen.split("\n"))
+    assert not any(re.match(r"[ \t]*#", line) for line in seen.split("\n"))
