@@ -240,6 +240,7 @@ class LiteLLMJudge(JudgeTasks):
         )
         self._cache_writer = None if self._cache is None else CacheWriter(self._cache)
         self._semaphore: asyncio.Semaphore | None = None
+        self._fingerprints: dict[str, dict[str, Any]] = {}  # key -> request fingerprint, while its batch runs
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
@@ -397,7 +398,8 @@ class LiteLLMJudge(JudgeTasks):
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
                 if self._cache is not None:
-                    entry = {"request": self._fingerprint(messages), "content": reply.text, "created": time.time()}
+                    fingerprint = self._fingerprints.get(key) or self._fingerprint(messages)
+                    entry = {"request": fingerprint, "content": reply.text, "created": time.time()}
                     writes.append(self._cache_writer.put(key, entry))
                 return parsed
             self.stats.add(unparseable=1)
@@ -465,11 +467,13 @@ class LiteLLMJudge(JudgeTasks):
         writes: list[asyncio.Future] = []  # cache writes of the new answers
         try:
             for messages, parse in jobs:
-                key = request_key(self._fingerprint(messages))
+                fingerprint = self._fingerprint(messages)
+                key = request_key(fingerprint)
                 keys.append(key)
                 if key in tasks:
                     self.stats.add(deduplicated=1)
                     continue
+                self._fingerprints[key] = fingerprint  # for the cache entry: hashing a prompt twice costs ~20 µs
                 tasks[key] = asyncio.ensure_future(self._answer(key, messages, parse, writes))
                 if len(tasks) % self.max_concurrency == 0:
                     await asyncio.sleep(0)  # let the first requests go out while the rest are keyed (~20 µs each)
@@ -480,6 +484,9 @@ class LiteLLMJudge(JudgeTasks):
             if writes:
                 self._cache_writer.flush()  # the answers already received are still cached, unwaited for
             raise
+        finally:
+            for key in tasks:
+                self._fingerprints.pop(key, None)
         if writes:
             await self._written(writes)
         return [tasks[key].result() for key in keys]
