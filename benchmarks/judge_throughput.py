@@ -8,12 +8,17 @@ requests. The server runs in its own process, as a real judge server would, so i
 the client; but on a machine with few cores it competes with the client for them, and its per-request CPU adds
 to every request's latency, so it is reported too.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/judge_throughput.py [--requests 1024] [--latency 0.1]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/judge_throughput.py [--requests 1024] [--latency 0.1] [--bare]
+
+`--bare` also times the `openai_http` transport alone (prebuilt requests, no prompts, parsing, cache or stats):
+what the HTTP client itself costs. To compare another version of the client, put its checkout first on the path
+(`PYTHONPATH=/path/to/other/checkout`); the first line printed says which `ppm_trl` was measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 import multiprocessing
 import os
@@ -27,7 +32,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from judge_server import JudgeServer  # noqa: E402
 
+import ppm_trl  # noqa: E402
 from ppm_trl.judge import LiteLLMJudge  # noqa: E402
+from ppm_trl.judge.transport import OpenAIHTTPTransport  # noqa: E402
 
 POINTS = ['The solution contains "alpha".', 'The solution contains "beta".', 'The solution contains "gamma".']
 
@@ -75,6 +82,33 @@ def benchmark(args: argparse.Namespace, transport: str, server, api_base: str) -
         judge.close()
 
 
+def bare(args: argparse.Namespace, api_base: str) -> None:
+    """The transport alone, `max_concurrency` requests in flight, after a first round has opened the connections."""
+    transport = OpenAIHTTPTransport(args.model, api_base, 30.0, None, {})
+    transport.max_concurrency = args.max_concurrency  # the connector's limit (older clients had no limit)
+    requests = [[{"role": "user", "content": f"request {i}: " + "x" * 2000}] for i in range(args.requests)]
+    ideal = math.ceil(args.requests / args.max_concurrency) * args.latency
+
+    async def run() -> tuple[float, float]:
+        slots = asyncio.Semaphore(args.max_concurrency)
+
+        async def send(messages):
+            async with slots:
+                return await transport.send(messages, 0.0)
+
+        await asyncio.gather(*(send(messages) for messages in requests[: args.max_concurrency]))
+        wall, cpu = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(send(messages) for messages in requests))
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        await transport.aclose()
+        return wall, cpu
+
+    wall, cpu = asyncio.run(run())
+    print(f"[bare openai_http transport] {args.requests} requests: elapsed {wall:.2f} s vs ideal {ideal:.2f} s -> "
+          f"ratio {wall / ideal:.2f}; client CPU {1000 * cpu / args.requests:.3f} ms/request; load average "
+          f"{os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=1024)
@@ -82,8 +116,10 @@ def main() -> None:
     parser.add_argument("--max-concurrency", type=int, default=64)
     parser.add_argument("--model", default="openai/scripted-judge", help="e.g. hosted_vllm/scripted-judge")
     parser.add_argument("--transport", choices=["litellm", "openai_http", "both"], default="both")
+    parser.add_argument("--bare", action="store_true", help="also time the openai_http transport alone")
     args = parser.parse_args()
-    print(f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}")
+    print(f"{os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.1f}; ppm_trl from "
+          f"{os.path.dirname(os.path.dirname(os.path.abspath(ppm_trl.__file__)))}")
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(target=serve, args=(child, args.latency), daemon=True)
@@ -92,6 +128,8 @@ def main() -> None:
     try:
         for transport in ["litellm", "openai_http"] if args.transport == "both" else [args.transport]:
             benchmark(args, transport, parent, api_base)
+        if args.bare:
+            bare(args, api_base)
     finally:
         parent.send("stop")
         process.join(10)
