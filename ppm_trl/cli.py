@@ -88,7 +88,8 @@ def read_yaml_config(path: str) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
-        raise UsageError(f"config file {path!r}, line {line}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise UsageError(f"config file {path!r}, line {line}: not UTF-8 text ({error.reason} at byte {error.start} "
+                         "of the file)") from None
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as error:
