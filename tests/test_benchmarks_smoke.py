@@ -31,8 +31,10 @@ def test_overhead_quick(tmp_path):
 
 
 def test_judge_throughput_quick():
-    stdout = _run("benchmarks/judge_throughput.py", "--requests", "64", "--latency", "0.01", "--transport", "both")
+    stdout = _run("benchmarks/judge_throughput.py", "--requests", "64", "--latency", "0.01", "--transport", "both",
+                  "--bare")
     assert stdout.count("0 requests reached the server") == 2  # the cached rerun of each transport
+    assert "[bare openai_http transport] 64 requests" in stdout
 
 
 @pytest.mark.parametrize("script, flags", [("snr.py", []), ("horizon_scaling.py", ["--env", "multi_add"]),
