@@ -165,7 +165,8 @@ def parse_train_args(argv: list[str]):
         # TRL's own __post_init__ would die on it with a ZeroDivisionError
         raise UsageError(f"num_generations must be >= 1 (samples per prompt; GRPO needs >= 2), got {generations}")
     parser = TrlParser(classes, prog="ppm-trl train")
-    parser.set_defaults(bf16=auto_bf16())  # the YAML and flags override it
+    use_cpu = str(_flag_value(argv, "--use_cpu", config.get("use_cpu", False))).lower() in ("true", "1", "yes")
+    parser.set_defaults(bf16=auto_bf16() and not use_cpu)  # the YAML and flags override it
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except (ValueError, TypeError) as error:  # unknown YAML keys, and TRL's / our configs' value checks
@@ -249,9 +250,11 @@ def prepare_dataset(script_args, training_args, dataset, reward_names: list[str]
     """Map the user's columns (`problem_column`, ...) and check every column the run will read, before any model."""
     from .columns import check_required_columns, map_columns, required_columns
 
+    flags = (script_args.problem_column, script_args.answer_column, script_args.reference_column)
+    report: list[str] = []
     try:
-        dataset, report = map_columns(dataset, script_args.problem_column, script_args.answer_column,
-                                      script_args.reference_column, source=source)
+        if not script_args.env_name or any(flags):  # a synthetic env's columns already are the trainers'
+            dataset, report = map_columns(dataset, *flags, source=source)
         check_required_columns(dataset, required_columns(script_args.method, reward_names, training_args), source)
     except ValueError as error:
         raise UsageError(str(error)) from None

@@ -99,7 +99,8 @@ def map_columns(dataset, problem_column: str | None = None, answer_column: str |
         if gsm8k or boxed:
             report.append(f"gold answers from column {answer_source!r}: {gsm8k} GSM8K-style (`#### x`), "
                           f"{boxed} from the last \\boxed{{}}, {len(values) - gsm8k - boxed} as written")
-        new["answer"] = golds
+        if answer_source != "answer" or golds != list(values):  # an `answer` that is all gold stays as it is
+            new["answer"] = golds
     for column, values in new.items():
         if column in dataset.column_names:
             dataset = dataset.remove_columns(column)

@@ -50,6 +50,12 @@ def test_math_solution_gives_answer_and_reference():
     assert mapped["answer"] == ["3"] and mapped["reference"] == ["$1+2=3$, so \\boxed{3}."]
 
 
+def test_plain_answer_column_under_another_name():
+    data = Dataset.from_dict({"prompt": ["p", "q"], "final": ["72", "6"], "answer": ["unrelated", "cells"]})
+    mapped, report = map_columns(data, answer_column="final")
+    assert mapped["answer"] == ["72", "6"] and report == []
+
+
 def test_unreadable_gold_answer_names_the_row():
     data = Dataset.from_dict({"prompt": ["a", "b", "c"], "solution": ["\\boxed{1}", "no box here? \\boxed{", "x"]})
     with pytest.raises(ValueError, match=r"column 'solution' of data.jsonl: no gold answer in 1 of 3 rows \(first: row 1"):
