@@ -61,12 +61,10 @@ _LOOKALIKES = {
     "⎯": "-", "ー": "-", "∶": ":", "꞉": ":", "ː": ":", "˸": ":", "♯": "#", "⋕": "#",
 }
 _LOOKALIKE_TABLE = str.maketrans(_LOOKALIKES)
-# What can fold to something else: a non-ASCII character, an HTML entity (`&amp;` prefixes decoded too), a line
-# break other than '\n'.
-_FOLDABLE = re.compile(
-    r"&((?:amp;)*)(#[0-9]{1,8};?|#[xX][0-9a-fA-F]{1,8};?|[A-Za-z][A-Za-z0-9]{1,31};?)|\r\n|[^\x00-\x7f]+|[\r\x0b\x0c\x1c-\x1e]"
-)
+# An HTML entity (`&amp;` prefixes decoded too): folds to another length, so it needs its own span.
+_ENTITY = r"&((?:amp;)*)(#[0-9]{1,8};?|#[xX][0-9a-fA-F]{1,8};?|[A-Za-z][A-Za-z0-9]{1,31};?)"
 _ASCII_FOLDABLE = re.compile(r"[&\r\x0b\x0c\x1c-\x1e]")
+_ASCII_LINE_BREAKS = dict.fromkeys("\r\x0b\x0c\x1c\x1d\x1e", "\n")  # '\r\n' reads as '\n\n': the same lines
 
 
 @functools.lru_cache(maxsize=16384)
@@ -98,43 +96,62 @@ class Folded:
         if text.isascii() and not _ASCII_FOLDABLE.search(text):  # the common case: folding changes nothing
             self.folded = text
             return
+        # Characters that fold to exactly one character (θ, ², Cyrillic о, '—', '\r') are translated in place, which
+        # keeps every position; only entities and characters that fold to zero or several need spans of their own.
+        table: dict[str, str] = dict(_ASCII_LINE_BREAKS)
+        irregular = []
+        for char in {c for c in set(text) if not c.isascii()}:
+            folded = fold_char(char)
+            if len(folded) != 1:
+                irregular.append(char)
+            elif folded != char:
+                table[char] = folded
+        translated = text
+        for char, folded in table.items():  # a few str.replace calls beat str.translate on non-ASCII text
+            translated = translated.replace(char, folded)
+        if "&" not in text and not irregular:
+            self.folded = translated
+            return
+        alternatives = [_ENTITY] + (["[" + re.escape("".join(sorted(irregular))) + "]+"] if irregular else [])
         parts: list[str] = []
         length = 0  # of the folded text so far
         position = 0
-        for match in _FOLDABLE.finditer(text):
+        for match in re.finditer("|".join(alternatives), translated):
             piece = match.group()
-            if piece[0] == "&":
+            if match.group(2) is not None:
                 entity = "&" + match.group(2)
                 decoded = html.unescape(entity)
                 pieces = [piece if decoded == entity else "".join(map(fold_char, decoded))]
-            elif piece == "\r\n":
-                pieces = ["\n"]
-            else:  # a run of non-ASCII characters, folded one by one
+            else:  # a run of characters that fold to zero or several characters each
                 pieces = [fold_char(c) for c in piece]
-            parts.append(text[position : match.start()])
+            parts.append(translated[position : match.start()])
             length += match.start() - position
-            if len(pieces) == len(piece) and all(len(p) == 1 for p in pieces):  # one for one: the map goes on
-                parts += pieces
-                length += len(pieces)
-                position = match.end()
-                continue
-            self._segment(length, position, None, match.start())
+            self._segment(length, position, None)
             origin = match.start()
             for folded in pieces:
                 end = match.end() if len(pieces) == 1 else origin + 1
                 if len(folded) == 1 and end == origin + 1:
-                    self._segment(length, origin, None, origin)
+                    self._segment(length, origin, None)
                 elif folded:
-                    self._segment(length, origin, end, origin)
+                    self._segment(length, origin, end)
                 parts.append(folded)
                 length += len(folded)
                 origin = end
-            self._segment(length, match.end(), None, match.end())
+            self._segment(length, match.end(), None)
             position = match.end()
-        parts.append(text[position:])
+        parts.append(translated[position:])
         self.folded = "".join(parts)
 
-    def _segment(self, folded_start: int, original_start: int, original_end: int | None, _: int) -> None:
+    @functools.cached_property
+    def lowered(self) -> str:
+        """`folded` in lower case, position for position: the neutralisers' patterns are lower-case and run on
+        it (re.IGNORECASE is several times slower on non-ASCII text)."""
+        lowered = self.folded.lower()
+        if len(lowered) != len(self.folded):  # a character whose lower case is longer: keep it as it is
+            lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in self.folded)
+        return lowered
+
+    def _segment(self, folded_start: int, original_start: int, original_end: int | None) -> None:
         if original_end is None:  # one-for-one from here: merge with the segment before when it continues it
             last = len(self._folded_starts) - 1
             if self._original_ends[last] is None and (
@@ -171,12 +188,12 @@ class Folded:
 Edit = tuple[int, int, str]  # replace original[start:end] by the string (start == end: an insertion)
 Rule = Callable[[Folded], list[Edit]]
 
+# The patterns below are matched on `Folded.lowered`, so they are written in lower case, without re.IGNORECASE.
 _ROLE_TOKENS = re.compile(
-    r"<\|[^<>|\n]{1,64}\|>|<\|[A-Za-z_]{2,40}|\[/?INST\]|<</?SYS>>|</?(?:s|bos|eos|start_of_turn|end_of_turn)>",
-    re.IGNORECASE,
+    r"<\|[^<>|\n]{1,64}\|>|<\|[a-z_]{2,40}|\[/?inst\]|<</?sys>>|</?(?:s|bos|eos|start_of_turn|end_of_turn)>"
 )
 _TO_ROUND = str.maketrans("<>[]", "()()")
-_SECTION = re.compile(r"(?<![a-z0-9])section(?=[ \t\n\-:.]*[0-9])", re.IGNORECASE)
+_SECTION = re.compile(r"section(?=[ \t\n\-:.]*[0-9])")  # not after a letter or digit: checked in _sections
 
 _UNDERLINE = r"[ \t]*(?:=+|-+|(?:[-*_=~][ \t]*){3,})[ \t]*$"  # setext underline, thematic break, '-------'
 _NUMBER_PREFIX = r"(?:[0-9]+(?:[ \t*_]*[.):])?[ \t*_]*)?"
@@ -188,7 +205,7 @@ _PPM_LINES = re.compile(
     r"|[ \t#*_]*[0-9]+(?:[ \t*_]*[.):])?[ \t*_]*(?:yes|no)\b"  # a grade line, even with prose after it
     rf"|(?:{GRADE_LINE.pattern})$"  # exactly what parse_point_grades reads as a grade line
     r")",
-    re.IGNORECASE | re.MULTILINE,
+    re.MULTILINE,
 )
 _PAPO_NAMES = r"(?:instructions?|scoring\s+rubric|problem|reference\s+solution|student\s+solution|evaluation)"
 _PAPO_LINES = re.compile(
@@ -197,7 +214,7 @@ _PAPO_LINES = re.compile(
     rf"|{_UNDERLINE}"
     r"|[ \t#*_]*(?:final[ \t]+)?(?:analysis|score)[ \t*_]*:"  # the answer format the parser reads
     r")",
-    re.IGNORECASE | re.MULTILINE,
+    re.MULTILINE,
 )
 _HEADERS = re.compile(r"^[ \t]*#", re.MULTILINE)
 
@@ -205,31 +222,36 @@ _HEADERS = re.compile(r"^[ \t]*#", re.MULTILINE)
 def tag_rule(names: Iterable[str]) -> Rule:
     """`<name ...>`, `</name>`, `</name` (no `>`), `<\\/name>` → `(name ...)`, `(/name)`."""
     pattern = re.compile(
-        rf"<[ \t\n]*(\\*/)?[ \t\n]*({'|'.join(names)})(?![a-z0-9_])(?:([^<>\n]{{0,200}})>)?", re.IGNORECASE
+        rf"<[ \t\n]*(\\*/)?[ \t\n]*({'|'.join(names)})(?![a-z0-9_])(?:([^<>\n]{{0,200}})>)?"
     )
 
     def edits(folded: Folded) -> list[Edit]:
         return [
             (*folded.span(m.start(), m.end()), f"({'/' if m.group(1) else ''}{m.group(2)}{m.group(3) or ''})")
-            for m in pattern.finditer(folded.folded)
+            for m in pattern.finditer(folded.lowered)
         ]
 
     return edits
 
 
 def _role_tokens(folded: Folded) -> list[Edit]:
-    return [(*folded.span(m.start(), m.end()), m.group().translate(_TO_ROUND)) for m in _ROLE_TOKENS.finditer(folded.folded)]
+    return [(*folded.span(m.start(), m.end()), m.group().translate(_TO_ROUND)) for m in _ROLE_TOKENS.finditer(folded.lowered)]
 
 
 def _sections(folded: Folded) -> list[Edit]:
-    return [(*folded.span(m.start(), m.end()), "§") for m in _SECTION.finditer(folded.folded)]
+    text = folded.lowered
+    return [
+        (*folded.span(m.start(), m.end()), "§")
+        for m in _SECTION.finditer(text)
+        if m.start() == 0 or not (text[m.start() - 1].isascii() and text[m.start() - 1].isalnum())
+    ]
 
 
 def line_rule(pattern: re.Pattern[str]) -> Rule:
     """Quote ('> ') every line whose folded form `pattern` matches at its start."""
 
     def edits(folded: Folded) -> list[Edit]:
-        starts = {m.start() for m in pattern.finditer(folded.folded)}
+        starts = {m.start() for m in pattern.finditer(folded.lowered)}
         return [(folded.line_start(s), folded.line_start(s), "> ") for s in sorted(starts)]
 
     return edits
