@@ -26,7 +26,9 @@ from ppm_trl.text import boxed_spans
 
 logger = logging.getLogger(__name__)
 
-MAX_ANSWER_CHARS = 1_000_000  # ~250k tokens, far above any judge's max_tokens; longer answers are not parsed
+# ~60k tokens, far above a judge's max_tokens; a longer answer is unreadable (None) without being looked at, which
+# bounds how long one parse can hold the event loop (~0.1 s for 250k characters of `\boxed{` on one core).
+MAX_ANSWER_CHARS = 250_000
 _MAX_DIGITS = 9  # item numbers and score numerators/denominators
 
 # Line breaks as str.splitlines() sees them (the escaper maps all of them to "\n" before it looks at line starts).
@@ -34,8 +36,8 @@ _LINE_BREAK = re.compile(r"\r\n|[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
 _SECTION_HEADER = re.compile(r"[ \t#*_]*section[ \t]*([12])\b", re.IGNORECASE)
 # No two neighbouring repeats can match the same characters, so a long run of spaces cannot make this backtrack.
 GRADE_LINE = re.compile(r"[ \t*_]*([0-9]+)(?:[ \t*_]*[.):])?[ \t*_]*(yes|no)[ \t*_.]*", re.IGNORECASE | re.ASCII)
-_EVIDENCE = re.compile(r"[ \t*_#]*(?:[0-9]+[ \t]*[.):]?[ \t*_]*)?evidence[ \t*_]*:", re.IGNORECASE)
-_FIELD_AFTER_EVIDENCE = re.compile(r"[ \t*_#]*(?:[0-9]+[ \t]*[.):]?[ \t*_]*)?(reason|verdict)[ \t*_]*:", re.IGNORECASE)
+_EVIDENCE = re.compile(r"[ \t*_#]*(?:[0-9]+(?:[ \t]*[.):])?[ \t*_]*)?evidence[ \t*_]*:", re.IGNORECASE)
+_FIELD_AFTER_EVIDENCE = re.compile(r"[ \t*_#]*(?:[0-9]+(?:[ \t]*[.):])?[ \t*_]*)?(reason|verdict)[ \t*_]*:", re.IGNORECASE)
 _FENCE = re.compile(r"[ \t]*(```\w*|~~~)[ \t]*")
 _SCORE_LABEL = re.compile(r"[ \t*_#]*(?:final[ \t]+)?score[ \t*_]*:", re.IGNORECASE)
 _NUMBERED_ITEM = re.compile(r"[ \t]*([0-9]+)[ \t]*[.)][ \t]*(.*)")
