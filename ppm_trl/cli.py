@@ -12,7 +12,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-METHODS = ("grpo", "ppm", "papo", "arg")
+from .methods import METHODS, get_method  # the method registry (no TRL import)
+
 REWARD_FUNCS = ("env_outcome", "accuracy", "format", "env_point_fraction")
 
 
@@ -62,14 +63,10 @@ class TrainScriptArguments:
 
 
 def _config_class(method: str):
-    from trl import GRPOConfig
-
-    from .configs import ARGConfig, PAPOConfig, PPMConfig
-
-    classes = {"grpo": GRPOConfig, "ppm": PPMConfig, "papo": PAPOConfig, "arg": ARGConfig}
-    if method not in classes:
-        raise UsageError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
-    return classes[method]
+    try:
+        return get_method(method).config_class()
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 class UsageError(ValueError):
@@ -316,8 +313,7 @@ def reward_names(script_args) -> list[str]:
     names = list(script_args.reward_funcs)
     if not names:
         names = ["env_outcome"] if script_args.env_name else ["accuracy"]
-        if script_args.method == "arg":
-            names.append("format")
+        names += get_method(script_args.method).extra_rewards
     unknown = [n for n in names if n not in REWARD_FUNCS]
     if unknown:
         raise UsageError(f"unknown reward function(s) {unknown}; accepted: {', '.join(REWARD_FUNCS)}")
@@ -334,14 +330,14 @@ def build_reward_funcs(script_args, training_args):
         "env_point_fraction": rewards.env_point_fraction,
     }
     names = reward_names(script_args)
-    if not script_args.reward_funcs and script_args.method == "arg" and training_args.reward_weights is None:
-        training_args.reward_weights = [1.0, training_args.format_reward_weight]
+    if names[1:] == ["format"] and not script_args.reward_funcs and training_args.reward_weights is None:
+        training_args.reward_weights = [1.0, getattr(training_args, "format_reward_weight", 1.0)]
     return [table[n] for n in names]
 
 
 def build_trainer(script_args, training_args, model_args):
     from transformers import AutoTokenizer
-    from trl import GRPOTrainer, get_peft_config
+    from trl import get_peft_config
 
     source = script_args.dataset_name or f"env {script_args.env_name!r}"
     train_dataset = prepare_dataset(script_args, training_args, load_train_dataset(script_args),
@@ -369,13 +365,7 @@ def build_trainer(script_args, training_args, model_args):
             if hasattr(training_args, key):
                 setattr(training_args, key, value)
         extra["environment_factory"] = MULTITURN_ENVIRONMENTS[script_args.env_name]
-    trainer_class = GRPOTrainer
-    if script_args.method == "ppm":
-        from .trainers.ppm import PPMGRPOTrainer as trainer_class
-    elif script_args.method == "papo":
-        from .trainers.papo import PAPOTrainer as trainer_class
-    elif script_args.method == "arg":
-        from .trainers.arg import ARGTrainer as trainer_class
+    trainer_class = get_method(script_args.method).trainer_class()
     return trainer_class(
         model=model,
         reward_funcs=build_reward_funcs(script_args, training_args),

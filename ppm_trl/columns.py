@@ -120,17 +120,18 @@ def required_columns(method: str, reward_funcs: Sequence[str], training_args) ->
     for name in reward_funcs:
         for column in REWARD_COLUMNS.get(name, ()):
             needs.setdefault(column, f"the `{name}` reward")
-    if method == "ppm":
+    parts = method.split("+")  # a composed method ("ppm+arg") reads what each of its parts reads
+    if "ppm" in parts:
         needs.setdefault("reasoning_points", "PPM")
         if getattr(training_args, "progress_scorer", None) == "programmatic":
             needs.setdefault("env", "PPM's programmatic progress scorer (`progress_scorer: programmatic`)")
-    elif method == "papo":
+    if "papo" in parts:
         if getattr(training_args, "process_scorer", None) == "judge":
             needs.setdefault("reference", "PAPO's judge process scorer (`process_scorer: judge`)")
         else:
             needs.setdefault("reasoning_points", "PAPO's programmatic process scorer (`process_scorer: programmatic`)")
             needs.setdefault("env", "PAPO's programmatic process scorer (`process_scorer: programmatic`)")
-    elif method == "arg":
+    if "arg" in parts:
         needs.setdefault("reference", "ARG (reference-guided continuations)")
     return needs
 
