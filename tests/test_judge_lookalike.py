@@ -13,6 +13,8 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before LiteLLM is imported: no network
 
 import pytest  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from judge_server import JudgeServer  # noqa: E402
 from lookalike_judge import make_lookalike_judge, read_as_judge  # noqa: E402
 
@@ -181,3 +183,17 @@ def test_folded_spans_map_back_to_the_original():
     assert text[slice(*folded.span(5, 6))] == "ﬁ"  # half of a ligature maps to all of it
     assert folded.line_start(9) == text.index("d")
     assert folded.lowered == folded.folded.lower()
+
+
+MAPPING_PIECES = ["a", "Z", " ", "\n", "\r\n", "&#60;", "&amp;lt;", "&foo;", "&", "\u200b", "\u00ad", "ﬁ", "½", "о",
+                  "Ѕ", "—", "＜", "é", "e\u0301", "\u2028", "x²"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(MAPPING_PIECES), st.text(max_size=4)), max_size=25).map("".join))
+def test_every_folded_character_comes_from_its_original_span(text):
+    folded = Folded(text)
+    for index, char in enumerate(folded.folded):
+        start, end = folded.span(index, index + 1)
+        assert 0 <= start < end <= len(text)
+        assert char in Folded(text[start:end]).folded

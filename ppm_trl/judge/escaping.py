@@ -124,9 +124,8 @@ class Folded:
                 pieces = [piece if decoded == entity else "".join(map(fold_char, decoded))]
             else:  # a run of characters that fold to zero or several characters each
                 pieces = [fold_char(c) for c in piece]
-            parts.append(translated[position : match.start()])
+            parts.append(translated[position : match.start()])  # one for one, continuing the last segment
             length += match.start() - position
-            self._segment(length, position, None)
             origin = match.start()
             for folded in pieces:
                 end = match.end() if len(pieces) == 1 else origin + 1
