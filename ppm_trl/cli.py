@@ -447,7 +447,9 @@ class EvalArguments:
     """`ppm-trl eval`: a YAML key or a `--flag` each, like `train` (`--config eval.yaml` works too)."""
 
     model: str = field(default=None, metadata={"help": "Checkpoint directory (or Hub id) to evaluate. Required."})
-    env: str | None = field(default=None, metadata={"help": "Synthetic env to evaluate on (held-out seed)."})
+    env_name: str | None = field(
+        default=None, metadata={"aliases": ["--env"], "help": "Synthetic env to evaluate on (held-out seed); the "
+                                "YAML key is `env_name` (TRL's parser keeps `env` for environment variables)."})
     env_n: int = field(default=2, metadata={"help": "Horizon n of the synthetic env."})
     env_size: int = field(default=64, metadata={"help": "Number of synthetic problems."})
     env_seed: int = field(default=10_000, metadata={"help": "Seed of the env generator (training's default is 0)."})
@@ -471,7 +473,7 @@ class EvalArguments:
     def __post_init__(self):
         if not self.model:
             raise UsageError("--model is required (a checkpoint directory or Hub id)")
-        if not self.env and not self.dataset_name:
+        if not self.env_name and not self.dataset_name:
             raise UsageError("give --env NAME (synthetic) or --dataset_name ID_OR_FILE")
         if self.num_samples < 1:
             raise UsageError(f"--num_samples must be >= 1, got {self.num_samples}")
@@ -505,12 +507,12 @@ def evaluate(argv: list[str]) -> dict:
 
     from . import evaluation, rewards
 
-    script = TrainScriptArguments(env_name=args.env, env_n=args.env_n, env_size=args.env_size, env_seed=args.env_seed,
+    script = TrainScriptArguments(env_name=args.env_name, env_n=args.env_n, env_size=args.env_size, env_seed=args.env_seed,
                                   dataset_name=args.dataset_name, dataset_config=args.dataset_config,
                                   dataset_train_split=args.split, problem_column=args.problem_column,
                                   answer_column=args.answer_column)
-    source = args.dataset_name or f"env {args.env!r}"
-    reward = "env_outcome" if args.env else "accuracy"
+    source = args.dataset_name or f"env {args.env_name!r}"
+    reward = "env_outcome" if args.env_name else "accuracy"
     dataset = prepare_dataset(script, None, load_train_dataset(script), [reward], source)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     backend = args.backend
@@ -530,7 +532,7 @@ def evaluate(argv: list[str]) -> dict:
         samples = evaluation.sample_completions(model, tokenizer, dataset["prompt"], args.num_samples,
                                                 args.max_new_tokens, args.temperature, args.top_p, args.batch_size,
                                                 args.seed, progress=True)
-    verifier = rewards.env_outcome_reward if args.env else rewards.accuracy_reward
+    verifier = rewards.env_outcome_reward if args.env_name else rewards.accuracy_reward
     columns = [c for c in dataset.column_names if c != "prompt"]
     correct = []
     for index, completions in enumerate(samples):

@@ -144,3 +144,18 @@ def test_config_fields_are_flags_and_validated():
         PPMConfig(output_dir="/tmp/x", use_cpu=True, per_device_train_batch_size=16, granularity="token")
     with pytest.raises(ValueError, match="combine"):
         PAPOConfig(output_dir="/tmp/x", use_cpu=True, combine="additive")
+
+
+def test_eval_arguments_from_yaml_and_flags(tmp_path):
+    from ppm_trl import cli
+
+    config = tmp_path / "eval.yaml"
+    config.write_text("model: outputs/x\ndataset_name: gsm8k_test.jsonl\nproblem_column: question\nk: [1, 4]\n"
+                      "num_samples: 4\n")
+    args = cli.parse_eval_args(["--config", str(config), "--num_samples", "8", "--k", "1", "8"])
+    assert (args.model, args.problem_column, args.num_samples, args.k) == ("outputs/x", "question", 8, [1, 8])
+    with pytest.raises(cli.UsageError, match="no_such_key"):
+        config.write_text("model: x\nenv_name: multi_countdown\nno_such_key: 1\n")
+        cli.parse_eval_args(["--config", str(config)])
+    with pytest.raises(cli.UsageError, match="give --env NAME"):
+        cli.parse_eval_args(["--model", "x"])
