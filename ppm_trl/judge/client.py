@@ -166,7 +166,8 @@ class LiteLLMJudge(JudgeTasks):
         temperature: judge sampling temperature (0 = deterministic, cache-friendly).
         cache_dir: directory of the persistent answer cache; None disables caching.
         api_key_env: name of an environment variable holding the key, when not the provider's default one.
-        backoff_base / backoff_max: exponential back-off (seconds) between attempts, with jitter.
+        backoff_base / backoff_max: exponential back-off (seconds) between attempts, with jitter; backoff_max (and
+            `timeout`) also caps a server's Retry-After / retry-after-ms.
         retry_unparseable: re-send a request whose answer no parser can read (counts as a retry).
         transport: "litellm" (`litellm.acompletion`, any provider) or "openai_http" (direct POST to an
             OpenAI-compatible `api_base` with `openai/…` or `hosted_vllm/…` models: no LiteLLM per-request CPU
