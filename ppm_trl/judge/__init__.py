@@ -6,7 +6,7 @@ sent, transformers when `JudgeStatsCallback` is first used.
 
 from __future__ import annotations
 
-from ppm_trl.judge.cache import ResponseCache, request_key
+from ppm_trl.judge.cache import ResponseCache, request_fingerprint, request_key
 from ppm_trl.judge.client import JudgeConfigurationError, LiteLLMJudge, redact
 from ppm_trl.judge.escaping import escape_papo_solution, escape_process_chunk, escape_rollout
 from ppm_trl.judge.parsing import (
@@ -45,6 +45,7 @@ __all__ = [
     "parse_process_verdict",
     "parse_rubric",
     "redact",
+    "request_fingerprint",
     "request_key",
 ]
 
