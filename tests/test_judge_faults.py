@@ -5,6 +5,7 @@ server never reaches a log record or an exception, and the cache never serves an
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ import time
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before LiteLLM is imported: no network
 
 import pytest  # noqa: E402
-from judge_server import JudgeServer  # noqa: E402
+from judge_server import JudgeServer, scripted_judge  # noqa: E402
 
 from ppm_trl.judge import JudgeConfigurationError, LiteLLMJudge  # noqa: E402
 from ppm_trl.judge.cache import ResponseCache, request_fingerprint, request_key  # noqa: E402
@@ -190,3 +191,23 @@ def test_a_planted_or_mismatched_cache_file_is_ignored_and_counted(tmp_path, cap
     assert ResponseCache(tmp_path).get(request_key(request_fingerprint(
         "openai/scripted-judge", server.api_base, "litellm", server.bodies[0]["messages"], {"temperature": 0.0}
     )))["content"]  # and the re-asked answers replaced the planted files
+
+
+def test_a_cache_written_before_the_fingerprint_is_a_miss(tmp_path):
+    with JudgeServer() as server:
+        with judge_for(server) as judge:
+            assert judge.grade_prefixes([("P", POINTS, "alpha zq1"), ("P", POINTS, "beta zq2")]) == [
+                [True, False, False], [False, True, False]]
+        alpha, beta = sorted(server.bodies, key=lambda body: "zq2" in body["messages"][-1]["content"])
+        # An entry as format 1 wrote it (key: model, messages, params; no stored request) holding alpha's answer.
+        old = json.dumps({"format": 1, "model": "openai/scripted-judge", "messages": beta["messages"],
+                          "params": {"temperature": 0.0}}, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        old_key = hashlib.sha256(old.encode("utf-8")).hexdigest()
+        (tmp_path / old_key[:2]).mkdir()
+        (tmp_path / old_key[:2] / f"{old_key}.json").write_text(json.dumps({"model": "openai/scripted-judge",
+                                                                             "content": scripted_judge(alpha)}))
+        server.reset_counters()
+        with judge_for(server, cache_dir=tmp_path) as judge:
+            assert judge.grade_prefixes([("P", POINTS, "beta zq2")]) == [[False, True, False]]
+            assert judge.stats.cache_hits == 0 and judge.stats.snapshot().get("cache_rejected", 0) == 0  # unread
+    assert server.requests == 1
