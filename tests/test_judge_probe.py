@@ -152,3 +152,37 @@ def test_install_probes_once_even_when_passed_in_callbacks(monkeypatch):
         callback.install(trainer)
         assert trainer.callback_handler.callbacks == [callback, "reporting"]
         assert server.requests == 1 and server.bodies[0]["max_tokens"] == PROBE_MAX_TOKENS
+
+
+def _unscorable_on_two_processes(rank: int, port: int, results) -> None:
+    import torch.distributed as dist
+
+    from ppm_trl.judge import JudgeStats
+    from ppm_trl.judge.callback import JudgeStatsCallback, JudgeUnscorableError
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        judge = SimpleNamespace(stats=JudgeStats(), model="openai/x", api_base=None, last_failure=None)
+        outcomes = []
+        for limit in (1.0, 0.5):
+            callback = JudgeStatsCallback(judge, max_unscorable_frac=limit)
+            judge.stats.add(calls=2, failures=2 if rank == 0 else 0)  # rank 0: all unscorable; rank 1: none
+            try:
+                callback.check_unscorable()
+                outcomes.append("continued")
+            except JudgeUnscorableError as error:
+                outcomes.append(str(error).split(" over")[0])
+        results[rank] = outcomes
+    finally:
+        dist.destroy_process_group()
+
+
+def test_processes_decide_together():
+    import torch.multiprocessing as mp
+
+    results = mp.Manager().dict()
+    # fork: no re-import of torch and the test module in the children (seconds, not half a minute)
+    mp.start_processes(_unscorable_on_two_processes, args=(closed_port(), results), nprocs=2, join=True,
+                       start_method="fork")
+    # 2 of the 4 requests of the step (over both processes) failed: below 1.0, at 0.5; both processes agree.
+    assert results[0] == results[1] == ["continued", "2 of 4 judge requests were unscorable"]

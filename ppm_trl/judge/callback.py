@@ -71,13 +71,16 @@ class JudgeStatsCallback(TrainerCallback):
         return self
 
     def check_unscorable(self) -> None:
-        """Close the step's window entry; raise `JudgeUnscorableError` when the window reaches the limit."""
+        """Close the step's window entry; raise `JudgeUnscorableError` when the window reaches the limit. Under
+        torch.distributed the counts are summed over the processes first, so every process stops together (one
+        stopping alone would leave the others waiting in their next collective)."""
         delta = self.judge.stats.since(self._step_start)
         self._step_start = self.judge.stats.snapshot()
-        asked = delta["calls"] + delta["cache_hits"]  # unique items (cache hits are answers too)
+        # unique items asked: API calls and cache hits (an answer too)
+        failures, asked = _summed_over_processes(delta["failures"], delta["calls"] + delta["cache_hits"])
         if asked == 0:
             return  # no judge request this step (e.g. no correct response for PAPO): nothing to judge by
-        self._window.append((delta["failures"], asked))
+        self._window.append((failures, asked))
         failed = sum(f for f, _ in self._window)
         total = sum(a for _, a in self._window)
         if failed / total >= self.max_unscorable_frac:
@@ -112,3 +115,16 @@ class JudgeStatsCallback(TrainerCallback):
         # Trainer.log appended a copy of `logs` to the history just before calling us: complete that copy too.
         if state is not None and state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(metrics)
+
+
+def _summed_over_processes(failures: float, asked: float) -> tuple[float, float]:
+    """(failures, asked) summed over the torch.distributed processes (as they are in a single process)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return failures, asked
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    totals = torch.tensor([failures, asked], dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    return float(totals[0]), float(totals[1])
