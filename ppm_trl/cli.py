@@ -553,9 +553,9 @@ def evaluate(argv: list[str]) -> dict:
 
 
 USAGE = ("usage: ppm-trl {train,eval,prepare} ... [--debug]\n"
-         "  train    --config FILE.yaml [--key value ...]  (method: grpo|ppm|papo|arg)\n"
+         f"  train    --config FILE.yaml [--key value ...]  (method: {'|'.join(METHODS)})\n"
          "  eval     --model DIR --env NAME | --dataset_name ID  (pass@k, avg@n)\n"
-         "  prepare  --dataset ID --reference-column COL --judge-model M --out DIR  (points + graph)\n"
+         "  prepare  --dataset ID --reference-column COL --judge-model M --out DIR  (answer, reference, points, graph)\n"
          "  --debug  show the Python traceback of an error")
 
 
