@@ -102,7 +102,10 @@ def main():
 
         dataset = make_dataset("multi_countdown", 2, 8, seed=0)
         trainer = PPMGRPOTrainer(model=model_path, reward_funcs=[env_outcome_reward, _digit_reward],
-                                 args=PPMConfig(num_segments=4, progress_scorer="programmatic", **common),
+                                 # The random model rarely stops within 32 tokens: PPM's default length filter
+                                 # would mask whole steps, leaving no token for the IS metrics to cover.
+                                 args=PPMConfig(num_segments=4, progress_scorer="programmatic",
+                                                mask_truncated_completions=False, **common),
                                  train_dataset=dataset)
     elif args.method == "papo":
         from ppm_trl.configs import PAPOConfig
@@ -110,7 +113,10 @@ def main():
 
         dataset = make_dataset("multi_countdown", 2, 8, seed=0)
         trainer = PAPOTrainer(model=model_path, reward_funcs=[env_outcome_reward, _digit_reward],
-                              args=PAPOConfig(**common), train_dataset=dataset)
+                              # correct = digit-rich (the random model never solves the task), so the
+                              # outcome advantage, hence the first optimizer step, is non-zero.
+                              args=PAPOConfig(correct_threshold=0.05, mask_truncated_completions=False, **common),
+                              train_dataset=dataset)
     else:
         from ppm_trl.configs import ARGConfig
         from ppm_trl.trainers.arg import ARGTrainer
