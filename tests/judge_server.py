@@ -158,6 +158,9 @@ class JudgeServer:
         script: tuple[str | None, ...] = (),
         max_requests: int = 20_000,
         max_lifetime: float = 300.0,
+        rate_limit_headers: dict[str, str] | None = None,
+        echo_authorization: bool = False,
+        usage: object = "count",
         served_models: tuple[str, ...] | None = None,
         require_key: str | None = None,
     ):
@@ -173,6 +176,9 @@ class JudgeServer:
         self.script = list(script)  # faults of the first requests, in arrival order (None = answer normally)
         self.max_requests = max_requests
         self.max_lifetime = max_lifetime
+        self.rate_limit_headers = dict(rate_limit_headers or {})  # more 429 headers, e.g. {"retry-after-ms": "5000"}
+        self.echo_authorization = echo_authorization  # a careless server: error bodies quote the Authorization header
+        self.usage = usage  # "count": real token counts; anything else is sent as the 200 replies' `usage` verbatim
         self.served_models = served_models  # None: any model name; else others get vLLM's 404
         self.require_key = require_key  # None: no key needed; else `Authorization: Bearer <key>` or 401
         self._rng = random.Random(seed)
@@ -302,12 +308,14 @@ class JudgeServer:
                                          "param": None, "code": 404}
         if fault == "rate_limit":
             error = {"error": {"message": "rate limited", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
-            return "429 Too Many Requests", {} if self.retry_after is None else {"Retry-After": self.retry_after}, error
+            extra = {} if self.retry_after is None else {"Retry-After": self.retry_after}
+            return "429 Too Many Requests", extra | self.rate_limit_headers, error
+        echoed = f" (received Authorization: {headers.get('authorization', '')})" if self.echo_authorization else ""
         if fault == "unauthorized":
-            error = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}}
+            error = {"error": {"message": "Incorrect API key provided" + echoed, "type": "invalid_request_error", "code": "invalid_api_key"}}
             return "401 Unauthorized", {}, error
         if fault == "bad_request":
-            error = {"error": {"message": "context length exceeded", "type": "invalid_request_error", "code": "context_length_exceeded"}}
+            error = {"error": {"message": "context length exceeded" + echoed, "type": "invalid_request_error", "code": "context_length_exceeded"}}
             return "400 Bad Request", {}, error
         if fault == "server_error":
             return "500 Internal Server Error", {}, {"error": {"message": "boom", "type": "server_error"}}
@@ -330,5 +338,5 @@ class JudgeServer:
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
                 "total_tokens": prompt_tokens + completion_tokens,
-            },
+            } if self.usage == "count" else self.usage,
         }
