@@ -253,6 +253,7 @@ def test_stats_callback_logs_per_step_deltas(server):
         callback.on_log(None, state, None, logs=logs)
         assert (logs["judge/calls"], logs["judge/cache_hits"], logs["judge/failures"], logs["judge/retries"]) == (2, 0, 0, 0)
         assert 0 < logs["judge/latency_p50"] <= logs["judge/latency_p95"] and logs["judge/cost"] == 0.0
+        assert logs["judge/usage_unknown"] == 0 and logs["judge/cache_rejected"] == 0  # logged, also when 0
         assert state.log_history[-1]["judge/calls"] == 2
         quiet = {"loss": 0.5}
         callback.on_log(None, state, None, logs=quiet)

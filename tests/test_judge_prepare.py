@@ -15,10 +15,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before LiteLLM 
 import pytest  # noqa: E402
 from judge_server import GARBAGE_TEXT, JudgeServer, scripted_judge  # noqa: E402
 
+from ppm_trl.columns import gsm8k_answer  # noqa: E402
 from ppm_trl.judge import JudgeConfigurationError  # noqa: E402
 from ppm_trl.judge.answers import states_answer  # noqa: E402
 from ppm_trl.judge.client import PROBE_MAX_TOKENS  # noqa: E402
-from ppm_trl.prepare import FAILURES_FILE, PROGRESS_FILE, gsm8k_answer_of, main, problem_of  # noqa: E402
+from ppm_trl.prepare import FAILURES_FILE, PROGRESS_FILE, main, problem_of  # noqa: E402
 
 ROWS = {
     "prompt": [  # conversational prompts: the problem is the last user message
@@ -207,7 +208,7 @@ def test_answer_check_uses_math_verify():
     assert states_answer("The answer is (B).", "B")  # not a number: normalised containment
     assert not states_answer("The answer is 720.", "72")
     assert not states_answer("The final answer is 5.", "6")
-    assert gsm8k_answer_of("a\n#### 1,234\n") == "1234" and gsm8k_answer_of("no marker") is None
+    assert gsm8k_answer("a\n#### 1,234\n") == "1234" and gsm8k_answer("no marker") is None
 
 
 def test_judge_request_errors_are_reported_as_such(tmp_path, monkeypatch, capsys):

@@ -24,7 +24,8 @@ from collections import deque
 
 from transformers import TrainerCallback
 
-LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost")
+LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost",
+          "usage_unknown", "cache_rejected")
 
 
 class JudgeUnscorableError(RuntimeError):
