@@ -16,7 +16,8 @@ from typing import Any
 
 from .rewards import last_boxed
 
-_GSM8K_ANSWER = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)
+_GSM8K_ANSWER = re.compile(r"^[ \t]*####[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 # What fixes a missing column, shown in the error.
 FIXES = {
@@ -34,19 +35,28 @@ REWARD_COLUMNS = {"accuracy": ("answer",), "env_outcome": ("env",), "env_point_f
                   "format": ()}
 
 
-def gold_answer(value: Any) -> str | None:
-    """The gold final answer in a cell: after a GSM8K `#### ` line, else the last `\\boxed{}`, else the cell itself.
+def gsm8k_answer(text: Any) -> str | None:
+    """The answer on a GSM8K-style solution's last `#### 72` line (a trailing period and thousands separators
+    dropped: `#### 1,234.` → `1234`); None without such a line. `ppm-trl prepare` and `train` both read it here."""
+    found = _GSM8K_ANSWER.findall(text) if isinstance(text, str) else []
+    if not found:
+        return None
+    answer = found[-1].rstrip(".").strip()
+    return (answer.replace(",", "") if _THOUSANDS.fullmatch(answer) else answer) or None
 
-    None when the cell has a `\\boxed{` that is unclosed or empty, or is empty.
+
+def gold_answer(value: Any) -> str | None:
+    """The gold final answer in a cell: its last `\\boxed{}`, else a GSM8K `#### ` line, else the cell itself.
+
+    None when the cell is empty, or has a `\\boxed{` that is unclosed or empty and no `#### ` line.
     """
     text = "" if value is None else str(value)
-    gsm8k = _GSM8K_ANSWER.findall(text)
-    if gsm8k:
-        return gsm8k[-1].replace(",", "") or None  # GSM8K writes 1,000 in some answers
     if "\\boxed" in text:
         boxed = last_boxed(text)
-        return boxed.strip() if boxed and boxed.strip() else None
-    return text.strip() or None
+        if boxed and boxed.strip():
+            return boxed.strip()
+        return gsm8k_answer(text)
+    return gsm8k_answer(text) or text.strip() or None
 
 
 def boxed_reference(value: Any) -> str:
@@ -54,7 +64,7 @@ def boxed_reference(value: Any) -> str:
     text = "" if value is None else str(value)
     if "\\boxed" in text:
         return text
-    return _GSM8K_ANSWER.sub(lambda m: "\\boxed{" + m.group(1).replace(",", "") + "}", text)
+    return _GSM8K_ANSWER.sub(lambda m: "\\boxed{" + gsm8k_answer(m.group(0)) + "}", text)
 
 
 def map_columns(dataset, problem_column: str | None = None, answer_column: str | None = None,

@@ -37,6 +37,7 @@ import re
 import sys
 from typing import Any
 
+from ppm_trl.columns import gsm8k_answer
 from ppm_trl.judge import LiteLLMJudge, final_answer_of
 from ppm_trl.judge import loop as judge_loop
 from ppm_trl.judge.tasks import REQUEST_ERROR, JudgeFailure
@@ -46,8 +47,6 @@ PROGRESS_FILE = "prepare_progress.jsonl"
 FAILURES_FILE = "prepare_failures.jsonl"
 NO_ANSWER = "no_answer"  # failure kind of a row whose gold answer cannot be found (no judge call is spent on it)
 WRITTEN_COLUMNS = ("prompt", "answer", "reference")
-_GSM8K_ANSWER = re.compile(r"^[ \t]*####[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
-_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _DATA_FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 
 
@@ -183,15 +182,6 @@ def read_progress(path: str, meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return done
 
 
-def gsm8k_answer_of(reference: str) -> str | None:
-    """The answer of a GSM8K-style solution's last `#### 72` line (thousands separators removed)."""
-    found = _GSM8K_ANSWER.findall(reference) if isinstance(reference, str) else []
-    if not found:
-        return None
-    answer = found[-1].rstrip(".").strip()
-    return answer.replace(",", "") if _THOUSANDS.fullmatch(answer) else answer
-
-
 def answer_of(row: dict[str, Any], args: argparse.Namespace) -> tuple[str | None, str]:
     """(gold final answer or None, where it came from: the column name, 'boxed', 'gsm8k' or 'none')."""
     if args.answer_column is not None:
@@ -201,7 +191,7 @@ def answer_of(row: dict[str, Any], args: argparse.Namespace) -> tuple[str | None
     boxed = final_answer_of(row[args.reference_column])
     if boxed is not None:
         return boxed, "boxed"
-    gsm8k = gsm8k_answer_of(row[args.reference_column])
+    gsm8k = gsm8k_answer(row[args.reference_column])
     return (gsm8k, "gsm8k") if gsm8k is not None else (None, "none")
 
 

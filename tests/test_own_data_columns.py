@@ -96,3 +96,19 @@ def test_trainer_column_errors_name_the_datasets_columns_not_trls_keys():
     assert "PPM with the `accuracy_reward` reward needs the `answer` column" in message
     assert "the dataset's columns are ['prompt', 'reasoning_points', 'solution']" in message
     assert "--answer_column" in message and "completion_ids" not in message
+
+
+@pytest.mark.parametrize("solution,gold", [
+    ("So 6 + 6 = 12.\n#### 1,234.", "1234"),  # trailing period and thousands separators dropped
+    ("Add.\n#### 3, 4", "3, 4"),  # not a thousands number: kept as written
+    ("Both: \\boxed{7}\n#### 8", "7"),  # the box wins, as in `ppm-trl prepare`
+    ("Unclosed \\boxed{7\n#### 8", "8"),
+    ("no marker at all", None),
+])
+def test_prepare_and_train_read_gold_answers_alike(solution, gold):
+    from ppm_trl.columns import gsm8k_answer
+    from ppm_trl.judge import final_answer_of
+
+    prepared = final_answer_of(solution) or gsm8k_answer(solution)  # what `ppm-trl prepare` extracts
+    assert prepared == gold
+    assert gold_answer(solution) == (gold if gold is not None else "no marker at all")  # train: else as written
