@@ -171,7 +171,7 @@ def script_by_group_position(trainer, dataset) -> None:
             raise AssertionError(f"prompt matches {len(matches)} dataset rows: {prompt_text[:80]!r}")
         return matches[0]
 
-    def scripted(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def scripted(prompt_ids, images=None, multimodal_fields=None, num_generations=1, has_tool_images=False):
         first_global_row = trainer.accelerator.process_index * len(prompt_ids)
         completions = []
         for index, ids in enumerate(prompt_ids):
@@ -179,7 +179,7 @@ def script_by_group_position(trainer, dataset) -> None:
             completions.append(tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
         return completions, None
 
-    trainer._generate_single_turn = scripted
+    trainer.sample_completion_ids = scripted
 
 
 def process_score(rows, texts) -> list[float]:

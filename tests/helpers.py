@@ -14,14 +14,15 @@ TINY_ARGS = dict(
 
 
 def script_generation(trainer, completion_for):
-    """Replace the trainer's generation by `completion_for(prompt_text, index_in_call) -> str` (EOS appended).
+    """Replace the trainer's generation backend (the base's public `sample_completion_ids`) by
+    `completion_for(prompt_text, index_in_call) -> str` (EOS appended).
 
     The text goes through the real tokenizer, so everything downstream (masks, decoding, scoring, loss) is TRL's.
     """
     tokenizer = trainer.processing_class
     calls = []
 
-    def scripted(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def scripted(prompt_ids, images=None, multimodal_fields=None, num_generations=1, has_tool_images=False):
         calls.append(len(prompt_ids))
         completions = []
         for index, ids in enumerate(prompt_ids):
@@ -29,7 +30,7 @@ def script_generation(trainer, completion_for):
             completions.append(tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id])
         return completions, None
 
-    trainer._generate_single_turn = scripted
+    trainer.sample_completion_ids = scripted
     return calls
 
 

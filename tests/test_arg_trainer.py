@@ -49,13 +49,13 @@ def _trainer(tmp_path, dataset=None, **overrides):
 
 def _spy_generation(trainer):
     calls = []
-    original = trainer._generate_single_turn
+    original = trainer.sample_completion_ids
 
     def spy(prompt_ids, *args, **kwargs):
         calls.append([list(ids) for ids in prompt_ids])
         return original(prompt_ids, *args, **kwargs)
 
-    trainer._generate_single_turn = spy
+    trainer.sample_completion_ids = spy
     return calls
 
 
@@ -129,13 +129,13 @@ def _guided_script(trainer, empty_prefix_correct=False):
 
     calls = script_generation(trainer, completion_for)
     prompts_seen = []
-    scripted = trainer._generate_single_turn
+    scripted = trainer.sample_completion_ids
 
     def record(prompt_ids, *args, **kwargs):
         prompts_seen.append([trainer.processing_class.decode(ids) for ids in prompt_ids])
         return scripted(prompt_ids, *args, **kwargs)
 
-    trainer._generate_single_turn = record
+    trainer.sample_completion_ids = record
     return prompts_seen
 
 
@@ -323,3 +323,50 @@ def test_bad_input(tmp_path):
                    train_dataset=_dataset())
     with pytest.raises(TypeError, match="ARGConfig"):
         ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=funcs, args=object(), train_dataset=_dataset())
+
+
+def test_completion_statistics_describe_the_final_rows(tmp_path):
+    """TRL logs lengths, clipped ratio and the token count inside generation, before ARG inserts rows: the logged
+    values must be those of the rows that are trained on (here 3 × "no" + the 33-token reference per group)."""
+    trainer = _trainer(tmp_path, arg_mode="reference_insertion")
+    script_generation(trainer, lambda prompt_text, index: "no")
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    lengths = outputs[0]["completion_mask"].sum(dim=1).float()
+    reference_length = len(_reference_ids(trainer.processing_class)) + 1
+    assert sorted(lengths.tolist()) == [3.0] * 6 + [float(reference_length)] * 2  # the final rows, by hand
+    metrics = trainer.state.log_history[0]
+    assert metrics["completions/mean_length"] == pytest.approx((6 * 3 + 2 * reference_length) / 8)
+    assert metrics["completions/min_length"] == 3 and metrics["completions/max_length"] == reference_length
+    assert metrics["completions/mean_terminated_length"] == pytest.approx((6 * 3 + 2 * reference_length) / 8)
+    assert metrics["completions/max_terminated_length"] == reference_length
+    assert metrics["completions/clipped_ratio"] == 0
+    prompt_tokens = int(outputs[0]["prompt_mask"].sum())
+    assert trainer.state.num_input_tokens_seen == prompt_tokens + 6 * 3 + 2 * reference_length
+    assert metrics["num_tokens"] == trainer.state.num_input_tokens_seen
+
+
+def test_collapsed_levels_are_counted_and_never_credited(tmp_path):
+    """A reference whose first valid cut lies past the prefix budget: every α < 1 level collapses to the empty
+    prefix. Such continuations still run (and may be accepted), but only α = 1 is credited with their success."""
+    no_cut_in_budget = "We have " + "a" * 40 + " so.\n\\boxed{7}"  # first cut at 54 > 48 − 16
+    trainer = _trainer(tmp_path, dataset=_dataset([no_cut_in_budget] * 8), arg_seed=2)
+    calls = script_generation(trainer, lambda prompt_text, index: "no idea" if len(calls) == 1 else "Guess \\boxed{7}")
+    prompts_seen = _spy_generation(trainer)
+    twin = PrefixSelector(seed=2)
+    trainer.train()
+
+    levels = twin.sample(2 * K)
+    prompt_length = len(prompts_seen[0][0])
+    assert [len(ids) - prompt_length for ids in prompts_seen[1]] == [0] * (2 * K)  # every level: empty prefix
+    collapsed = [level for level in levels if level < 1]
+    assert collapsed and len(collapsed) < 2 * K  # the draw exercises both kinds (seed 2)
+    used = [level for level in levels if level == 1.0]
+    twin.update(used, [1.0] * len(used))  # correct, not the reference, S_t/S_0 = 1 at the empty prefix (eq. 7)
+    assert torch.allclose(trainer.prefix_selector.logits, twin.logits, atol=1e-6)
+    assert math.isclose(trainer.prefix_selector.baseline, twin.baseline, abs_tol=1e-6)
+    metrics = trainer.state.log_history[0]
+    assert metrics["arg/collapsed_levels"] == len(collapsed) and metrics["arg/continuations"] == 2 * K
+    for level in set(collapsed):
+        assert f"arg/success_rate/alpha_{level:g}" not in metrics
+    assert metrics["arg/success_rate/alpha_1"] == 1.0

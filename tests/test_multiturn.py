@@ -176,7 +176,7 @@ def _script_rollouts(trainer, dataset):
         assert len(matches) == 1
         return matches[0]
 
-    def scripted(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def scripted(prompt_ids, images=None, multimodal_fields=None, num_generations=1, has_tool_images=False):
         texts = [tokenizer.decode(ids) for ids in prompt_ids]
         turn = texts[0].count("<tool_response>")
         if turn == 0:
@@ -196,7 +196,7 @@ def _script_rollouts(trainer, dataset):
                                + [tokenizer.eos_token_id])
         return completions, None
 
-    trainer._generate_single_turn = scripted
+    trainer.sample_completion_ids = scripted
     return state
 
 

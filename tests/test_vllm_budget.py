@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ppm_trl.trainers.arg import plan_generation_calls
+from ppm_trl.trainers.base import plan_generation_calls
 
 
 def _served(calls, budgets, rooms):

@@ -192,7 +192,7 @@ def _spy(trainer, record):
 
         client.generate = server_generate
 
-    single_turn = trainer._generate_single_turn
+    single_turn = trainer.sample_completion_ids  # the base's generation backend: rollouts and ARG's continuations
 
     def generate_single_turn(prompt_ids, *args, **kwargs):
         ids, logprobs = single_turn(prompt_ids, *args, **kwargs)  # TRL syncs the weights first when the step moved
@@ -203,7 +203,7 @@ def _spy(trainer, record):
             record["probes"].append({"step": trainer.state.global_step, **(_probe_logprobs(trainer) or {})})
         return ids, logprobs
 
-    trainer._generate_single_turn = generate_single_turn
+    trainer.sample_completion_ids = generate_single_turn
 
     if hasattr(trainer, "_continue_and_verify"):
         continue_and_verify = trainer._continue_and_verify

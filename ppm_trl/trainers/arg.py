@@ -1,15 +1,14 @@
 """ARGTrainer: GRPO whose all-failure groups receive reference-guided trajectories (ARG paper §4, Alg. 1, App. E).
 
-A thin adapter (DESIGN.md) over two TRL hooks:
-1. `_generate_and_score_completions` stashes the dataset rows, because `_generate` only receives the prompts;
-2. `_generate`, after TRL generated the groups, scores them with the trainer's reward functions (gathered), finds the
-   all-failure groups, runs ONE batched forward pass for the reference surprisal of all of them, draws guidance
-   levels from the shared `PrefixSelector`, generates ALL continuations of the step in ONE call of the trainer's own
-   backend (HF generate, vLLM colocate or server; more calls only when vLLM's max_model_len leaves some rows less
-   room than the longest budget, see `plan_generation_calls`), verifies them with the reward functions, accepts
-   (§4.3) and overwrites failed rows in place, with vLLM's sampling log-probs for the continuation tokens (None for
-   the reference prefix, which was not sampled). TRL then recomputes masks, log-probs, rewards and advantages.
-The selector is updated from gathered feedback, so it is identical on every rank, and is saved with every checkpoint.
+One hook of the base trainer (`base.py`, the seam with TRL): `on_rollout`, after TRL generated the groups, scores them
+with the trainer's reward functions alone (`outcome_rewards`, gathered), finds the all-failure groups, runs ONE
+batched forward pass for the reference surprisal of all of them (`sequence_logprobs`), draws guidance levels from the
+shared `PrefixSelector`, generates ALL continuations of the step in ONE call of the trainer's own backend
+(`generate_token_ids`: HF generate, vLLM colocate or server), verifies them, accepts (§4.3) and overwrites failed rows
+in place, with vLLM's sampling log-probs for the continuation tokens (None for the reference prefix, which was not
+sampled). The base then logs TRL's completion statistics of the final rows; TRL recomputes masks, log-probs,
+rewards and advantages. The selector is updated from gathered feedback, so it is identical on every rank, and is
+saved with every checkpoint (`extra_checkpoint_state`).
 
 Multi-process: all-failure is decided on the gathered rewards; a group's rows must live on one process (checked at
 construction); every collective (reward gather, surprisal forward chunks, generation, feedback reduce) is called the
@@ -18,20 +17,11 @@ same number of times on every rank, with dummy rows where a rank has less work.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import textwrap
 from dataclasses import dataclass, field
 
 import torch
-from accelerate.utils import broadcast_object_list, gather_object
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import GRPOTrainer
-from trl.chat_template_utils import parse_response
-from trl.data_utils import is_conversational
-from trl.models.utils import disable_gradient_checkpointing
-from trl.trainer.utils import pad
 
 from ..arg import (
     Candidate,
@@ -45,7 +35,8 @@ from ..arg import (
 )
 from ..configs import ARGConfig
 from ..rewards import last_boxed
-from .common import MethodModelCardMixin, check_reward_columns, completion_text, log_metric, resolve_model_path
+from .base import MethodTrainer, Rollout, plan_generation_calls  # noqa: F401  (plan_generation_calls: re-export)
+from .common import check_reward_columns, completion_text, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -104,25 +95,6 @@ def check_references(dataset, answer_marker: str, skip_invalid: bool):
     return dataset.select(keep), len(bad)
 
 
-def plan_generation_calls(budgets: list[int], rooms: list[int | None]) -> list[tuple[int, list[int]]]:
-    """Group continuation rows into generation calls so that no request asks for more tokens than the engine allows.
-
-    `budgets[i]` is row i's token budget, `rooms[i]` what the engine's max_model_len leaves after its prompt + prefix
-    (None: no limit, HF generate). A call with max_tokens M serves row i exactly when min(budget, room) ≤ M ≤ room
-    (rows are cut to their budget afterwards, the same distribution as stopping there). Returns [(M, rows)]: ONE
-    call when every room holds the largest budget (the usual case), else one call per run of rows that fit.
-    """
-    wanted = [b if r is None else min(b, r) for b, r in zip(budgets, rooms)]
-    pending = sorted(range(len(budgets)), key=lambda i: (-wanted[i], i))
-    calls = []
-    while pending:
-        max_tokens = wanted[pending[0]]
-        fits = [i for i in pending if rooms[i] is None or rooms[i] >= max_tokens]
-        calls.append((max_tokens, sorted(fits)))
-        pending = [i for i in pending if i not in set(fits)]
-    return calls
-
-
 @dataclass
 class _FailedGroup:
     """One all-failure group of this process and what guidance did for it."""
@@ -134,6 +106,7 @@ class _FailedGroup:
     levels: list[float] = field(default_factory=list)  # one per continuation
     prefix_lens: list[int] = field(default_factory=list)
     surprisal_ratios: list[float] = field(default_factory=list)  # S_t/S_0 at each continuation's cut
+    collapsed: list[bool] = field(default_factory=list)  # an α < 1 level whose prefix collapsed to empty (not used)
     candidates: list[list[int]] = field(default_factory=list)  # completion ids: prefix + continuation
     candidate_texts: list = field(default_factory=list)  # decoded like TRL's completions
     candidate_logprobs: list = field(default_factory=list)  # vLLM sampling log-prob per token (None: prefix / HF)
@@ -145,7 +118,7 @@ class _FailedGroup:
     fallback_too_long: bool = False
 
 
-class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
+class ARGTrainer(MethodTrainer):
     """GRPO with Adaptive Reference Guidance for all-failure groups (ARG paper §4, Alg. 1, App. E).
 
     Args:
@@ -200,61 +173,39 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         self.prefix_selector = PrefixSelector(
             args.arg_levels, args.arg_selector_epsilon, args.arg_selector_lr, args.arg_baseline_rate, args.arg_seed
         )
-        self._arg_inputs = None
         self._reference_tokens = {}  # reference text → (token ids, character offsets)
         self._replacement_calls = (None, 0)  # (global step, generations in it): seeds the replacement positions
-        self._vllm_context = None  # the vLLM engine's max_model_len, read once
         check_reward_columns(train_dataset, reward_funcs, "ARG")
         model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
-        if self._is_vlm:
+        if self.is_multimodal:
             raise ValueError("ARGTrainer supports text-only models; got a multimodal processor")
-        if args.arg_mode == "arg" and not getattr(self._tokenizer, "is_fast", False):
+        if args.arg_mode == "arg" and not getattr(self.tokenizer, "is_fast", False):
             raise ValueError("ARG snaps prefixes with the tokenizer's offset_mapping, which needs a fast tokenizer")
 
-    # ------------------------------------------------------------------------------------------- TRL hooks
-    def _generate_and_score_completions(self, inputs):
-        self._arg_inputs = inputs  # `_generate` only receives the prompts; references live in the rows
-        try:
-            return super()._generate_and_score_completions(inputs)
-        finally:
-            self._arg_inputs = None
+    # ------------------------------------------------------------------------------------------ base hooks
+    def on_rollout(self, rollout: Rollout) -> Rollout:
+        rollout = super().on_rollout(rollout)
+        if self.model.training:  # evaluation: no guidance (paper App. E.4)
+            self._guide_failed_groups(rollout)
+        return rollout
 
-    def _generate(self, prompts):
-        output = super()._generate(prompts)
-        if not self.model.training:  # evaluation: no guidance (paper App. E.4)
-            return output
-        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images = output
-        completion_ids, completions = list(completion_ids), list(completions)
-        logprobs = None if logprobs is None else list(logprobs)
-        self._guide_failed_groups(prompts, prompt_ids, completion_ids, completions, logprobs)
-        return prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images
+    def extra_checkpoint_state(self) -> dict:
+        return {**super().extra_checkpoint_state(), SELECTOR_STATE_FILE: self.prefix_selector.state_dict()}
 
-    def _save_checkpoint(self, model, trial):
-        # Written before super(), which may push the checkpoint to the Hub and rotate old ones.
-        if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, SELECTOR_STATE_FILE), "w") as f:
-                json.dump(self.prefix_selector.state_dict(), f)
-        super()._save_checkpoint(model, trial)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
+    def load_extra_checkpoint_state(self, states: dict) -> None:
+        super().load_extra_checkpoint_state(states)
+        if SELECTOR_STATE_FILE not in states:
+            logger.warning("ARG: the checkpoint has no %s; the prefix selector starts fresh", SELECTOR_STATE_FILE)
             return
-        path = os.path.join(checkpoint, SELECTOR_STATE_FILE)
-        if not os.path.exists(path):
-            logger.warning("ARG: %s has no %s; the prefix selector starts fresh", checkpoint, SELECTOR_STATE_FILE)
-            return
-        with open(path) as f:
-            self.prefix_selector.load_state_dict(json.load(f))
+        self.prefix_selector.load_state_dict(states[SELECTOR_STATE_FILE])
 
     # ------------------------------------------------------------------------------------------ Algorithm 1
-    def _guide_failed_groups(self, prompts, prompt_ids, completion_ids, completions, logprobs) -> None:
-        """Alg. 1 lines 4–18 for this generation batch; overwrites failed rows of the lists in place."""
+    def _guide_failed_groups(self, rollout: Rollout) -> None:
+        """Alg. 1 lines 4–18 for this generation batch; overwrites failed rows of the rollout in place."""
         args, group_size = self.args, self.num_generations
-        rewards = self._verify(self._arg_inputs, prompts, completions, completion_ids)
+        inputs, prompts, prompt_ids = rollout.rows, rollout.prompts, rollout.prompt_ids
+        rewards = self._verify(inputs, prompts, rollout.completions, rollout.completion_ids)
         verdict = rewards[:, 0]
         scored = ~torch.isnan(verdict)
         failed = (scored & (verdict <= 0)).view(-1, group_size).all(dim=1)  # every row scored and incorrect
@@ -266,7 +217,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         for order, group_index in enumerate(failed_ids):
             if first_group <= group_index < first_group + groups_per_rank:
                 first_row = (group_index - first_group) * group_size
-                groups.append(_FailedGroup(order, first_row, self._arg_inputs[first_row].get("reference")))
+                groups.append(_FailedGroup(order, first_row, inputs[first_row].get("reference")))
         for group in groups:
             if reference_problem(group.reference, args.arg_answer_marker) is not None:
                 if not args.arg_skip_invalid_references:
@@ -286,9 +237,11 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
                         group.levels = [1.0] * args.arg_num_continuations
                         group.prefix_lens = [0] * args.arg_num_continuations
                         group.surprisal_ratios = [1.0] * args.arg_num_continuations
+                        group.collapsed = [False] * args.arg_num_continuations
             if args.arg_mode != "reference_insertion":
-                self._continue_and_verify(groups, prompts, prompt_ids)
-            self._accept_and_replace(groups, prompts, prompt_ids, completion_ids, completions, logprobs)
+                self._continue_and_verify(groups, inputs, prompts, prompt_ids)
+            self._accept_and_replace(groups, prompts, prompt_ids, rollout.completion_ids, rollout.completions,
+                                     rollout.logprobs)
         self._update_selector_and_log(groups, len(failed_ids), int(unscorable.sum()))
 
     def _plan_guided_prefixes(self, groups, prompt_ids, num_failed: int, max_local_groups: int) -> None:
@@ -300,7 +253,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         usable = [g for g in groups if g.status != "invalid_reference"]
         references = [self._tokenize_reference(g.reference) for g in usable]
         logprobs = self._reference_logprobs(
-            [(prompt_ids[g.first_row], ids) for g, (ids, _) in zip(usable, references)], prompt_ids[0], max_local_groups
+            [prompt_ids[g.first_row] for g in usable], [ids for ids, _ in references], prompt_ids[0], max_local_groups
         )
         budget = prefix_budget(args.max_completion_length, args.arg_min_continuation_tokens)
         for group, (_, offsets), token_logprobs in zip(usable, references, logprobs):
@@ -315,10 +268,13 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
             group.levels = levels[group.order * k : (group.order + 1) * k]
             group.prefix_lens = [plan[level].prefix_len for level in group.levels]
             group.surprisal_ratios = [plan[level].surprisal_ratio for level in group.levels]
+            # A reference longer than the budget leaves no valid cut: α < 1 then continues from the empty prefix,
+            # which is α = 1's rollout, not α's (counted; never credited to α).
+            group.collapsed = [level < 1 and plan[level].prefix_len == 0 for level in group.levels]
 
-    def _continue_and_verify(self, groups, prompts, prompt_ids) -> None:
-        """All continuations of the step in one generation call (`_generate_rows`), verified by the reward funcs."""
-        inputs, budget_total = self._arg_inputs, self.args.max_completion_length
+    def _continue_and_verify(self, groups, inputs, prompts, prompt_ids) -> None:
+        """All continuations of the step in one generation call (`generate_token_ids`), verified by the reward funcs."""
+        budget_total = self.args.max_completion_length
         rows, owners = [], []  # generation prompts and (group, prefix ids, budget) per row
         for group in groups:
             if group.status != "guided":
@@ -335,7 +291,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         # Dummy rows (this rank's first prompt) keep generation and reward gathering symmetric across ranks.
         rows += [list(prompt_ids[0])] * (num_rows - len(rows))
         budgets = [budget for _, _, budget in owners]
-        generated, sampled_logprobs = self._generate_rows(rows, budgets, list(prompt_ids[0]))
+        generated, sampled_logprobs = self.generate_token_ids(rows, budgets, list(prompt_ids[0]))
         candidate_ids, candidate_logprobs, row_prompts, row_inputs, row_prompt_ids = [], [], [], [], []
         for index, ids in enumerate(generated):
             ids = list(ids)
@@ -353,11 +309,11 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
             row_prompts.append(prompts[row])
             row_inputs.append(inputs[row])
             row_prompt_ids.append(prompt_ids[row])
-        texts = self._decode(row_prompts, row_prompt_ids, candidate_ids)
+        texts = self.decode_completions(row_prompts, row_prompt_ids, candidate_ids)
         rewards = self._verify(row_inputs, row_prompts, texts, candidate_ids)  # collective, gathered
         start = self.accelerator.process_index * num_rows
         verdict = rewards[start : start + num_rows, 0].cpu()
-        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        stop_ids = {*self.eos_token_ids, self.tokenizer.pad_token_id}
         for index, (group, _, _) in enumerate(owners):
             group.candidates.append(candidate_ids[index])
             group.candidate_texts.append(texts[index])
@@ -398,7 +354,7 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         if not inserts:
             return
         missing = [(row, ids) for row, ids, text, _ in inserts if text is None]
-        decoded = self._decode([prompts[row] for row, _ in missing], [prompt_ids[row] for row, _ in missing],
+        decoded = self.decode_completions([prompts[row] for row, _ in missing], [prompt_ids[row] for row, _ in missing],
                                [ids for _, ids in missing])
         decoded_by_row = {row: text for (row, _), text in zip(missing, decoded)}
         for row, ids, text, sampled in inserts:
@@ -413,9 +369,10 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
         levels_all = list(self.prefix_selector.levels)
         if args.arg_mode == "resampling" and 1.0 not in levels_all:
             levels_all.append(1.0)  # resampling continues from the empty prefix only, whatever the selector's levels
-        # Per failed group: [W_1..W_K | has_1..has_K | success_1..K | accepted_1..K | level index_1..K | counters]
+        # Per failed group: [W_1..W_K | has_1..K | success_1..K | accepted_1..K | level index_1..K | credited_1..K |
+        # counters]; credited = the continuation used its level (not an α < 1 level collapsed to the empty prefix).
         counters = ("guided", "fallback", "fallback_too_long", "degenerate_surprisal", "invalid_reference", "inserted")
-        width = 5 * k + len(counters)
+        width = 6 * k + len(counters)
         table = torch.zeros(max(num_failed, 1), width, dtype=torch.float32, device=self.accelerator.device)
         for group in groups:
             row = table[group.order]
@@ -427,159 +384,79 @@ class ARGTrainer(MethodModelCardMixin, GRPOTrainer):
                 row[k + j], row[2 * k + j] = 1.0, float(success)
                 row[3 * k + j] = float(j in group.accepted)
                 row[4 * k + j] = levels_all.index(level)
+                row[5 * k + j] = float(not group.collapsed[j])
             flags = (group.status == "guided", group.fallback, group.fallback_too_long,
                      group.status == "degenerate_surprisal", group.status == "invalid_reference",
                      len(group.accepted) + int(group.fallback))
-            row[5 * k :] = torch.tensor(flags, dtype=torch.float32)
+            row[6 * k :] = torch.tensor(flags, dtype=torch.float32)
         table = self.accelerator.reduce(table, reduction="sum").cpu()[:num_failed]  # one collective per step
 
         has = table[:, k : 2 * k] > 0
-        levels = [levels_all[int(i)] for i in table[:, 4 * k : 5 * k][has].tolist()]
-        feedback = table[:, :k][has].tolist()
+        credited = has & (table[:, 5 * k : 6 * k] > 0)
+        levels = [levels_all[int(i)] for i in table[:, 4 * k : 5 * k][credited].tolist()]
+        feedback = table[:, :k][credited].tolist()
         if args.arg_mode == "arg" and feedback:  # eq. 12 then eq. 18, b fixed during the batch
             self.prefix_selector.update(levels, feedback)
 
-        totals = dict(zip(counters, table[:, 5 * k :].sum(dim=0).tolist()))
+        totals = dict(zip(counters, table[:, 6 * k :].sum(dim=0).tolist()))
         accepted_groups = int(((table[:, 3 * k : 4 * k] * table[:, k : 2 * k]).sum(dim=1) > 0).sum())
-        log_metric(self, "arg/all_failure_groups", num_failed)
-        log_metric(self, "arg/unscorable_groups", num_unscorable)
-        log_metric(self, "arg/guided_groups", totals["guided"])
-        log_metric(self, "arg/groups_with_accepted", accepted_groups)
-        log_metric(self, "arg/fallback_groups", totals["fallback"])
-        log_metric(self, "arg/fallback_too_long", totals["fallback_too_long"])
-        log_metric(self, "arg/degenerate_surprisal_groups", totals["degenerate_surprisal"])
-        log_metric(self, "arg/invalid_reference_groups", totals["invalid_reference"])
-        log_metric(self, "arg/inserted_rows", totals["inserted"])
-        log_metric(self, "arg/continuations", len(levels))
-        success = table[:, 2 * k : 3 * k][has].tolist()
-        accepted = table[:, 3 * k : 4 * k][has].tolist()
+        self.log_metric("arg/all_failure_groups", num_failed)
+        self.log_metric("arg/unscorable_groups", num_unscorable)
+        self.log_metric("arg/guided_groups", totals["guided"])
+        self.log_metric("arg/groups_with_accepted", accepted_groups)
+        self.log_metric("arg/fallback_groups", totals["fallback"])
+        self.log_metric("arg/fallback_too_long", totals["fallback_too_long"])
+        self.log_metric("arg/degenerate_surprisal_groups", totals["degenerate_surprisal"])
+        self.log_metric("arg/invalid_reference_groups", totals["invalid_reference"])
+        self.log_metric("arg/inserted_rows", totals["inserted"])
+        self.log_metric("arg/continuations", int(has.sum()))
+        self.log_metric("arg/collapsed_levels", int((has & ~credited).sum()))
+        success = table[:, 2 * k : 3 * k][credited].tolist()
+        accepted = table[:, 3 * k : 4 * k][credited].tolist()
         mean_feedback = mean_feedback_per_level(levels, feedback, levels_all)
         for level in levels_all:
             picked = [i for i, value in enumerate(levels) if value == level]
             name = f"alpha_{level:g}"
-            if picked:  # a level without continuations this step has no rate (not 0)
-                log_metric(self, f"arg/success_rate/{name}", sum(success[i] for i in picked) / len(picked))
-                log_metric(self, f"arg/acceptance_rate/{name}", sum(accepted[i] for i in picked) / len(picked))
-                log_metric(self, f"arg/mean_feedback/{name}", mean_feedback[level])
+            if picked:  # a level without (credited) continuations this step has no rate (not 0)
+                self.log_metric(f"arg/success_rate/{name}", sum(success[i] for i in picked) / len(picked))
+                self.log_metric(f"arg/acceptance_rate/{name}", sum(accepted[i] for i in picked) / len(picked))
+                self.log_metric(f"arg/mean_feedback/{name}", mean_feedback[level])
         for level, prob in zip(levels_all, self.prefix_selector.probs().tolist()):
-            log_metric(self, f"arg/selector_prob/alpha_{level:g}", prob)
-        log_metric(self, "arg/selector_baseline", self.prefix_selector.baseline)
+            self.log_metric(f"arg/selector_prob/alpha_{level:g}", prob)
+        self.log_metric("arg/selector_baseline", self.prefix_selector.baseline)
 
     # ---------------------------------------------------------------------------------------------- pieces
-    def _generate_rows(self, rows, budgets, dummy):
-        """Continuations of `rows` (the first len(budgets) are real, the rest dummies): (ids, log-probs or None).
-
-        HF generate: one call of max_completion_length tokens, as for TRL's rollouts. vLLM: no request asks for more
-        than max_model_len − len(prompt + prefix) tokens (server mode answers HTTP 400 otherwise): the calls are
-        planned on every rank's rows, so each call (a collective in server mode and with tensor parallelism) has the
-        same max_tokens and row count on every rank.
-        """
-        if not self.use_vllm:
-            return self._generate_single_turn(rows, None, {}, 1)
-        context = self._engine_context_length()
-        rank = self.accelerator.process_index
-        local = [(rank, i, budget, None if context is None else context - len(rows[i])) for i, budget in
-                 enumerate(budgets)]
-        everyone = gather_object(local) if self.accelerator.num_processes > 1 else local
-        calls = plan_generation_calls([b for *_, b, _ in everyone], [r for *_, r in everyone])
-        generated, sampled = [[] for _ in rows], [[] for _ in rows]  # vLLM: dummy rows stay empty
-        generation = self.vllm_generation
-        default_max_tokens = generation.max_completion_length
-        try:
-            for max_tokens, members in calls:
-                mine = [everyone[j][1] for j in members if everyone[j][0] == rank]
-                width = max(sum(everyone[j][0] == r for j in members) for r in range(self.accelerator.num_processes))
-                # Pad with dummy rows (the rank's first prompt: TRL asked max_completion_length tokens for it).
-                call_rows = [rows[i] for i in mine] + [dummy] * (width - len(mine))
-                generation.max_completion_length = max_tokens
-                ids, logprobs = self._generate_single_turn(call_rows, None, {}, 1)
-                for position, i in enumerate(mine):
-                    generated[i], sampled[i] = ids[position], logprobs[position]
-        finally:
-            generation.max_completion_length = default_max_tokens
-        return generated, sampled
-
-    def _engine_context_length(self) -> int | None:
-        """vLLM's max_model_len (prompt + completion tokens of one request), the same on every rank."""
-        if self._vllm_context is None:
-            if self.vllm_mode == "colocate":
-                context = [self.vllm_generation.llm.llm_engine.model_config.max_model_len]
-            else:  # only the main process talks to the server
-                context = [self.args.vllm_max_model_length]
-                if self.accelerator.is_main_process:
-                    try:
-                        context = [self.vllm_generation.vllm_client.get_server_info()["model_config"]["max_model_len"]]
-                    except Exception as error:  # a server without dev endpoints: fall back to the configured value
-                        logger.warning("ARG: cannot read the vLLM server's max_model_len (%s); using "
-                                       "vllm_max_model_length=%s", error, self.args.vllm_max_model_length)
-                if self.accelerator.num_processes > 1:
-                    broadcast_object_list(context, from_process=0)
-            self._vllm_context = context[0]
-        return self._vllm_context
-
-    def _reference_logprobs(self, rows, dummy_prompt, num_rows: int) -> list[torch.Tensor]:
+    def _reference_logprobs(self, prompt_ids, reference_ids, dummy_prompt, num_rows: int) -> list[torch.Tensor]:
         """Per-token log π(r_j | x, r_<j) of each (prompt ids, reference ids) row: one batched no-grad forward.
 
         Padded with dummy rows to `num_rows` (the most failed groups any rank holds), so that every rank runs the
-        same number of forward chunks (ZeRO-3 gathers parameters inside each). Temperature-scaled, like sampling.
+        same number of forward chunks (ZeRO-3 gathers parameters inside each).
         """
         if num_rows == 0:
             return []
-        padded = rows + [(dummy_prompt, [self._eos_token_id()])] * (num_rows - len(rows))
-        pad_id, device = self._tokenizer.pad_token_id, self.accelerator.device
-        prompts = [torch.tensor(list(p), dtype=torch.long) for p, _ in padded]
-        references = [torch.tensor(list(r), dtype=torch.long) for _, r in padded]
-        input_ids = torch.cat(
-            [pad(prompts, padding_value=pad_id, padding_side="left"),
-             pad(references, padding_value=pad_id, padding_side="right")], dim=1,
-        ).to(device)
-        attention_mask = torch.cat(
-            [pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left"),
-             pad([torch.ones_like(r) for r in references], padding_value=0, padding_side="right")], dim=1,
-        ).to(device)
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, input_ids, attention_mask, max(len(r) for r in references),
-                batch_size=self.args.per_device_train_batch_size,
-            )
-        return [logps[i, : len(reference)].detach().double().cpu() for i, (_, reference) in enumerate(rows)]
+        padding = num_rows - len(prompt_ids)
+        logprobs = self.sequence_logprobs(list(prompt_ids) + [dummy_prompt] * padding,
+                                          list(reference_ids) + [[self._eos_token_id()]] * padding)
+        return logprobs[: len(prompt_ids)]
 
     def _tokenize_reference(self, reference: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Reference token ids (no special tokens) and their character offsets, cached per reference text."""
         if reference not in self._reference_tokens:
-            encoded = self._tokenizer(
-                reference, add_special_tokens=False, return_offsets_mapping=self._tokenizer.is_fast
+            encoded = self.tokenizer(
+                reference, add_special_tokens=False, return_offsets_mapping=self.tokenizer.is_fast
             )
             offsets = encoded.get("offset_mapping") or []
             self._reference_tokens[reference] = (list(encoded["input_ids"]), [tuple(o) for o in offsets])
         return self._reference_tokens[reference]
 
-    def _decode(self, prompts, prompt_ids, completion_ids) -> list:
-        """Completions decoded exactly as TRL's `_generate` decodes its own (conversational or plain)."""
-        if not completion_ids:
-            return []
-        if is_conversational({"prompt": prompts[0]}):
-            if getattr(self._tokenizer, "response_template", None) is not None or getattr(
-                self._tokenizer, "response_schema", None
-            ) is not None:
-                return [[parse_response(self._tokenizer, ids, prefix=list(p), tools=self.tools)]
-                        for ids, p in zip(completion_ids, prompt_ids)]
-            contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-            return [[{"role": "assistant", "content": content}] for content in contents]
-        return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-
     def _eos_token_id(self) -> int:
-        eos = self._tokenizer.eos_token_id
+        eos = self.tokenizer.eos_token_id
         return eos if eos in self.eos_token_ids else self.eos_token_ids[0]
 
     def _verify(self, inputs, prompts, completions, completion_ids) -> torch.Tensor:
-        """(B_global, F) rewards of the reward functions alone — TRL's `_calculate_rewards`, not a crediting
-        subclass's (a composed trainer's PPM progress or PAPO process scores would spend judge calls on rows that
-        guidance only needs verdicts for). TRL scores the final rows again and logs those: drop this call's logs."""
-        rewards = GRPOTrainer._calculate_rewards(self, inputs, prompts, completions, completion_ids)
-        self._pending_extra_logs.clear()
-        self._pending_metrics.clear()
-        return rewards
+        """(B_global, F) rewards of the reward functions alone, not a crediting method's scores (a composed trainer's
+        PPM progress or PAPO process scores would spend judge calls on rows that guidance only needs verdicts for)."""
+        return self.outcome_rewards(inputs, prompts, completions, completion_ids)
 
     def _replacement_generator(self) -> torch.Generator:
         """Per-rank generator for the uniform replacement positions, reproducible across resumes (no saved state)."""

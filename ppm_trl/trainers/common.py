@@ -1,5 +1,6 @@
-"""Small pieces the three trainers share: dataset checks, model resolution, model cards, the outcome reward,
-process slicing, logging fixes."""
+"""Small pieces the trainers share: dataset checks, model resolution, model cards, the outcome reward, judge stats.
+
+Nothing here touches TRL's private members (that is `base.py`'s job alone)."""
 
 from __future__ import annotations
 
@@ -128,33 +129,6 @@ def weighted_outcome(rewards_per_func: torch.Tensor, reward_weights: torch.Tenso
     outcome = (rewards_per_func * reward_weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
     outcome[unscorable] = torch.nan
     return outcome
-
-
-def process_slice(trainer, num_local_rows: int) -> slice:
-    """Rows of the gathered batch that belong to this process (TRL's own slicing)."""
-    start = trainer.accelerator.process_index * num_local_rows
-    return slice(start, start + num_local_rows)
-
-
-def replace_logged_advantages(trainer, per_row_values: torch.Tensor) -> None:
-    """Swap the scalar advantages TRL just logged for ours: one float per gathered row (never a list)."""
-    logged = trainer._logs["advantages"]
-    for _ in range(min(len(per_row_values), len(logged))):
-        logged.pop()
-    logged.extend(per_row_values.float().tolist())
-
-
-def recount_loss_tokens(trainer, output: dict) -> None:
-    """Recompute `num_items_in_batch` after rows were removed from the loss (it is a global token count)."""
-    loss_mask = output["completion_mask"]
-    if "tool_mask" in output:
-        loss_mask = loss_mask * output["tool_mask"]
-    output["num_items_in_batch"] = trainer.accelerator.gather(loss_mask.sum()).sum()
-
-
-def log_metric(trainer, name: str, value: float) -> None:
-    mode = "train" if trainer.model.training else "eval"
-    trainer._metrics[mode][name].append(float(value))
 
 
 def install_judge_stats(trainer, scorer) -> None:

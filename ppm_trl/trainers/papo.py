@@ -1,12 +1,12 @@
 """PAPOTrainer: GRPO with decoupled outcome and correct-subset process advantages (PAPO paper §4, §6, A.3).
 
-A thin adapter (DESIGN.md): TRL generates and scores the outcome; this class
-1. in `_calculate_rewards` asks the process scorer (rubric judge or programmatic) about this process's CORRECT
-   responses only — incorrect responses cost zero judge calls — and gathers the (B,) process scores (NaN = not
-   judged or unscorable);
-2. in `_generate_and_score_completions` replaces TRL's (B,) advantages with `papo_advantages` computed per group
-   on the gathered batch and sliced to this process. The advantages stay 1-D, so every TRL `loss_type` and
-   sequence-level importance sampling (GSPO) work unchanged.
+Two hooks of the base trainer (`base.py`, the seam with TRL):
+1. `on_scores` (after TRL's outcome rewards) asks the process scorer (rubric judge or programmatic) about this
+   process's CORRECT responses only — incorrect responses cost zero judge calls — and gathers the (B,) process
+   scores (NaN = not judged or unscorable);
+2. `compute_advantages` returns `papo_advantages` computed per group on the gathered batch (the base slices them to
+   this process). The advantages stay 1-D, so every TRL `loss_type` and sequence-level importance sampling (GSPO)
+   work unchanged.
 """
 
 from __future__ import annotations
@@ -14,26 +14,22 @@ from __future__ import annotations
 import textwrap
 
 import torch
-from trl import GRPOTrainer
 
 from ..advantages import papo_advantages, papo_group_stats
 from ..configs import PAPOConfig
 from ..scorers import build_process_scorer
+from .base import Advantages, MethodTrainer
 from .common import (
-    MethodModelCardMixin,
     check_columns,
     check_reward_columns,
     completion_text,
     install_judge_stats,
-    log_metric,
-    process_slice,
-    replace_logged_advantages,
     resolve_model_path,
     weighted_outcome,
 )
 
 
-class PAPOTrainer(MethodModelCardMixin, GRPOTrainer):
+class PAPOTrainer(MethodTrainer):
     """GRPO whose advantage is A_out + λ·A_proc, A_proc normalised over the correct responses only (PAPO §4.1).
 
     Args:
@@ -73,25 +69,34 @@ class PAPOTrainer(MethodModelCardMixin, GRPOTrainer):
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         install_judge_stats(self, self.process_scorer)
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._papo_process = None
-        if self.model.training:
-            self._score_correct_responses(inputs, completions, rewards_per_func)
-        return rewards_per_func
+    def on_scores(self, rows, completions, completion_ids, rewards_per_func):
+        super().on_scores(rows, completions, completion_ids, rewards_per_func)
+        self._score_correct_responses(rows, completions, rewards_per_func)
 
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        if self._papo_process is not None:  # eval keeps plain GRPO advantages
-            self._replace_advantages(output)
-        return output
+    def compute_advantages(self, completion_mask, tool_mask):
+        """A = A_out + λ·A_proc per group on the gathered batch; PAPO metrics."""
+        args = self.args
+        kwargs = dict(lam=args.process_weight, process_norm=args.process_norm, combine=args.combine,
+                      eps=args.papo_epsilon)
+        advantages = papo_advantages(self._papo_outcome, self._papo_process, self.num_generations, **kwargs)
+        stats = papo_group_stats(self._papo_outcome, self._papo_process, self.num_generations, **kwargs)
+        for name, value in stats.to_dict().items():
+            self.log_metric(name, value)
+        counters = dict(getattr(self.process_scorer, "stats", {}))
+        for key in ("requests", "failures"):
+            total = self.accelerator.gather(torch.tensor(
+                float(counters.get(key, 0) - self._papo_stats_seen.get(key, 0)), device=self.accelerator.device))
+            self.log_metric(f"papo/judge_{key}", total.sum().item())
+        self._papo_stats_seen = counters
+        return Advantages(advantages)
 
     def _score_correct_responses(self, inputs, completions, rewards_per_func) -> None:
         """Binary outcome of the gathered batch; process scores of this process's correct responses only."""
         outcome = weighted_outcome(rewards_per_func, self.reward_weights)
         correct = (outcome >= self.args.correct_threshold).to(outcome.dtype)
         self._papo_outcome = torch.where(torch.isnan(outcome), outcome, correct)
-        local_correct = (self._papo_outcome[process_slice(self, len(inputs))] == 1).tolist()
+        start = self.accelerator.process_index * len(inputs)
+        local_correct = (self._papo_outcome[start : start + len(inputs)] == 1).tolist()
         judged = [i for i, ok in enumerate(local_correct) if ok]
         process = torch.full((len(inputs),), float("nan"), device=self.accelerator.device)
         if judged:
@@ -103,22 +108,3 @@ class PAPOTrainer(MethodModelCardMixin, GRPOTrainer):
                     raise ValueError(f"process scorer returned {score!r} for row {i}; scores must lie in [0, 1]")
                 process[i] = float("nan") if score is None else float(score)
         self._papo_process = self.accelerator.gather(process)
-
-    def _replace_advantages(self, output) -> None:
-        """A = A_out + λ·A_proc per group on the gathered batch, sliced to this process; PAPO metrics."""
-        args = self.args
-        kwargs = dict(lam=args.process_weight, process_norm=args.process_norm, combine=args.combine,
-                      eps=args.papo_epsilon)
-        advantages = papo_advantages(self._papo_outcome, self._papo_process, self.num_generations, **kwargs)
-        output["advantages"] = advantages[process_slice(self, output["completion_ids"].shape[0])].to(
-            output["completion_ids"].device)
-        replace_logged_advantages(self, advantages)
-        stats = papo_group_stats(self._papo_outcome, self._papo_process, self.num_generations, **kwargs)
-        for name, value in stats.to_dict().items():
-            log_metric(self, name, value)
-        counters = dict(getattr(self.process_scorer, "stats", {}))
-        for key in ("requests", "failures"):
-            total = self.accelerator.gather(torch.tensor(
-                float(counters.get(key, 0) - self._papo_stats_seen.get(key, 0)), device=self.accelerator.device))
-            log_metric(self, f"papo/judge_{key}", total.sum().item())
-        self._papo_stats_seen = counters

@@ -1,11 +1,11 @@
 """PPMGRPOTrainer: GRPO with Progressive Point Matching segment rewards and per-token advantages.
 
-The trainer is a thin adapter (DESIGN.md): TRL generates and computes the outcome rewards; this class
-1. in `_calculate_rewards` (called with the local rows, returns gathered rewards) decodes each completion's K
-   prefixes, asks the progress scorer for m_1..m_K and gathers the (B, K) progress of the whole generation batch;
-2. in `_generate_and_score_completions`, after TRL is done, replaces the (B,) advantages with (B, T) ones:
-   `ppm_segment_advantages` per group on the gathered batch, sliced to this process, expanded to tokens.
-Everything group-based happens before TRL shuffles and splits the batch; `_compute_loss` consumes (B, T) as is.
+Two hooks of the base trainer (`base.py`, the seam with TRL):
+1. `on_scores` (after TRL's outcome rewards) decodes each completion's K prefixes, asks the progress scorer for
+   m_1..m_K and gathers the (B, K) progress of the whole generation batch;
+2. `compute_advantages` returns `ppm_segment_advantages` per group on the gathered batch with each token's segment:
+   the base slices them to this process and expands them to (B, T) per-token advantages.
+Everything group-based happens before TRL shuffles and splits the batch; TRL's loss consumes (B, T) as is.
 """
 
 from __future__ import annotations
@@ -13,33 +13,21 @@ from __future__ import annotations
 import textwrap
 
 import torch
-from trl import GRPOTrainer
 
 from ..advantages import get_advantage_estimator, zero_advantage_groups
 from ..configs import PPMConfig
 from ..scorers import ProgressScorer, build_progress_scorer, reasoning_graph_of
 from ..segments import (
     equal_chunk_segment_ids,
-    expand_segment_values,
     segment_prefix_lengths,
     turn_prefix_lengths,
     turn_segment_ids,
 )
-from .common import (
-    MethodModelCardMixin,
-    check_columns,
-    check_reward_columns,
-    install_judge_stats,
-    log_metric,
-    process_slice,
-    recount_loss_tokens,
-    replace_logged_advantages,
-    resolve_model_path,
-    weighted_outcome,
-)
+from .base import Advantages, MethodTrainer
+from .common import check_columns, check_reward_columns, install_judge_stats, resolve_model_path, weighted_outcome
 
 
-class PPMGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
+class PPMGRPOTrainer(MethodTrainer):
     """GRPO whose advantages are Progressive Point Matching segment advantages (PPM paper §4–5, Alg. 1, App. B).
 
     Args:
@@ -73,54 +61,41 @@ class PPMGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         check_columns(train_dataset, {"reasoning_points": "list"}, "PPM")
         _check_graphs(train_dataset)
         self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
-        self._ppm_progress = None  # gathered (B, K) progress of the current generation batch
+        self._ppm_progress = None  # gathered (B, K) progress of the current generation batch (set by on_scores)
         self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas
         check_reward_columns(train_dataset, reward_funcs, "PPM")
         model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         install_judge_stats(self, self.progress_scorer)
 
-    # ------------------------------------------------------------------------------------------- TRL hooks
-    def _generate(self, prompts):
-        output = super()._generate(prompts)
-        self._ppm_tool_mask = output[2]  # turn segmentation needs it; `_calculate_rewards` only gets ids
-        return output
+    # ------------------------------------------------------------------------------------------ base hooks
+    def on_scores(self, rows, completions, completion_ids, rewards_per_func):
+        super().on_scores(rows, completions, completion_ids, rewards_per_func)
+        rollout = self.current_rollout  # turn segmentation needs the tool mask
+        prefix_lengths = self._prefix_lengths(completion_ids, rollout.tool_mask if rollout is not None else None)
+        progress = self._score_progress(rows, completion_ids, prefix_lengths)
+        valid = torch.diff(prefix_lengths, dim=1, prepend=torch.zeros_like(prefix_lengths[:, :1])) > 0
+        device = self.accelerator.device
+        self._ppm_progress = self.accelerator.gather(progress.to(device))
+        self._ppm_valid = self.accelerator.gather(valid.to(device))
+        self._ppm_outcome = weighted_outcome(rewards_per_func, self.reward_weights)
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._ppm_progress = None
-        if self.model.training:
-            prefix_lengths = self._prefix_lengths(completion_ids_list)
-            progress = self._score_progress(inputs, completion_ids_list, prefix_lengths)
-            valid = torch.diff(prefix_lengths, dim=1, prepend=torch.zeros_like(prefix_lengths[:, :1])) > 0
-            device = self.accelerator.device
-            self._ppm_progress = self.accelerator.gather(progress.to(device))
-            self._ppm_valid = self.accelerator.gather(valid.to(device))
-            self._ppm_outcome = weighted_outcome(rewards_per_func, self.reward_weights)
-        return rewards_per_func
-
-    def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        if self._ppm_progress is None:  # eval: plain GRPO advantages
-            return output
+    def compute_advantages(self, completion_mask, tool_mask):
         args = self.args
         advantages = self._segment_advantages()  # (B_global, K)
-        local = process_slice(self, output["completion_ids"].shape[0])
-        segment_ids = self._segment_ids(output)
-        output["advantages"] = expand_segment_values(advantages[local].to(segment_ids.device), segment_ids)
-
-        dropped = torch.zeros(advantages.shape[0], dtype=torch.bool, device=advantages.device)
+        dropped = None
         if args.filter_zero_advantage_groups:
             dropped = zero_advantage_groups(advantages, self.num_generations).repeat_interleave(self.num_generations)
-            if dropped[local].any():
-                keep = (~dropped[local]).to(output["completion_mask"].dtype).unsqueeze(1)
-                output["completion_mask"] = output["completion_mask"] * keep
-            recount_loss_tokens(self, output)
-        self._log_ppm(advantages, dropped)
-        return output
+        self._log_ppm(advantages, dropped if dropped is not None else torch.zeros(
+            advantages.shape[0], dtype=torch.bool, device=advantages.device))
+        # One scalar per row for the completions table (TRL formats advantages as floats).
+        valid = self._ppm_valid
+        row_mean = (advantages * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
+        return Advantages(advantages, segment_ids=self._segment_ids(completion_mask, tool_mask), logged=row_mean,
+                          dropped=dropped)
 
     # ---------------------------------------------------------------------------------------------- pieces
-    def _prefix_lengths(self, completion_ids_list) -> torch.Tensor:
+    def _prefix_lengths(self, completion_ids_list, rollout_tool_mask) -> torch.Tensor:
         """(B_local, K) number of tokens of each prefix c_1..c_k."""
         args = self.args
         lengths = torch.tensor([len(ids) for ids in completion_ids_list], dtype=torch.long)
@@ -130,9 +105,9 @@ class PPMGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         positions = torch.arange(width)
         completion_mask = positions.unsqueeze(0) < lengths.unsqueeze(1)
         tool_mask = None
-        if self._ppm_tool_mask is not None:
+        if rollout_tool_mask is not None:
             tool_mask = torch.ones(len(lengths), width, dtype=torch.bool)
-            for i, row in enumerate(self._ppm_tool_mask):
+            for i, row in enumerate(rollout_tool_mask):
                 tool_mask[i, : len(row)] = torch.as_tensor(row, dtype=torch.bool)
         return turn_prefix_lengths(tool_mask, completion_mask, args.num_segments)
 
@@ -162,11 +137,11 @@ class PPMGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
             scale=args.scale_rewards, valid=self._ppm_valid, outcome_weight=args.outcome_weight,
         )
 
-    def _segment_ids(self, output) -> torch.Tensor:
+    def _segment_ids(self, completion_mask, tool_mask) -> torch.Tensor:
         args = self.args
         if args.segmentation == "equal_chunks":
-            return equal_chunk_segment_ids(output["completion_mask"], args.max_completion_length, args.num_segments)
-        return turn_segment_ids(output.get("tool_mask"), output["completion_mask"], args.num_segments)
+            return equal_chunk_segment_ids(completion_mask, args.max_completion_length, args.num_segments)
+        return turn_segment_ids(tool_mask, completion_mask, args.num_segments)
 
     def _log_ppm(self, advantages: torch.Tensor, dropped: torch.Tensor) -> None:
         progress, valid = self._ppm_progress, self._ppm_valid
@@ -176,20 +151,17 @@ class PPMGRPOTrainer(MethodModelCardMixin, GRPOTrainer):
         outcome_unscorable = torch.isnan(self._ppm_outcome.to(progress.device)) & self.args.add_outcome_reward
         monotone = torch.cummax(torch.nan_to_num(progress) * valid, dim=1).values
         for k in range(progress.shape[1]):
-            log_metric(self, f"ppm/progress_segment_{k + 1}", monotone[measured, k].mean().nan_to_num().item())
-        log_metric(self, "ppm/final_progress", monotone[measured, -1].mean().nan_to_num().item())
-        log_metric(self, "ppm/unscorable_frac", (~measured | outcome_unscorable).float().mean().item())
-        log_metric(self, "ppm/outcome_unscorable_frac", outcome_unscorable.float().mean().item())
+            self.log_metric(f"ppm/progress_segment_{k + 1}", monotone[measured, k].mean().nan_to_num().item())
+        self.log_metric("ppm/final_progress", monotone[measured, -1].mean().nan_to_num().item())
+        self.log_metric("ppm/unscorable_frac", (~measured | outcome_unscorable).float().mean().item())
+        self.log_metric("ppm/outcome_unscorable_frac", outcome_unscorable.float().mean().item())
         groups = advantages.view(-1, self.num_generations, advantages.shape[1])
-        log_metric(self, "ppm/frac_groups_nonzero_advantage", (groups.abs().amax(dim=(1, 2)) > 1e-8).float().mean())
-        log_metric(self, "ppm/frac_rows_filtered", dropped.float().mean().item())
+        self.log_metric("ppm/frac_groups_nonzero_advantage", (groups.abs().amax(dim=(1, 2)) > 1e-8).float().mean())
+        self.log_metric("ppm/frac_rows_filtered", dropped.float().mean().item())
         stats = dict(getattr(self.progress_scorer, "stats", {}))
         for key in ("requests", "skipped_empty", "skipped_unchanged", "deduplicated", "failures"):
-            log_metric(self, f"ppm/scorer_{key}", stats.get(key, 0) - self._ppm_stats_seen.get(key, 0))
+            self.log_metric(f"ppm/scorer_{key}", stats.get(key, 0) - self._ppm_stats_seen.get(key, 0))
         self._ppm_stats_seen = stats
-        # One scalar per row for the completions table (TRL formats advantages as floats).
-        row_mean = (advantages * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
-        replace_logged_advantages(self, row_mean)
 
 
 def _check_graphs(dataset) -> None:

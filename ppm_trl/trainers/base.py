@@ -1,0 +1,386 @@
+"""MethodTrainer: the one seam with TRL's GRPOTrainer. Only this module names TRL's (and Trainer's) private members.
+
+It overrides each TRL hook once and gives the method trainers public, documented hooks instead:
+
+- `on_rollout(rollout) -> Rollout` — after TRL generated (and decoded) the rows, before anything is scored: the rows
+  may be replaced (ARG). The base then recomputes TRL's completion statistics so that they describe the FINAL rows.
+- `on_scores(rows, completions, completion_ids, rewards_per_func)` — after TRL's rewards, training only (PPM's
+  progress, PAPO's process scores); `rewards_per_func` is gathered (B_global, F), the other arguments local.
+- `compute_advantages(completion_mask, tool_mask) -> Advantages | None` — after TRL computed its own; the method's
+  (B,) or per-segment (B, K) values on the gathered batch. The base slices them to this process, expands segments
+  to tokens, removes dropped rows from the loss (recounting `num_items_in_batch`) and replaces TRL's logged
+  advantages.
+- `extra_checkpoint_state()` / `load_extra_checkpoint_state(states)` — JSON files saved with every checkpoint.
+
+And public helpers: `sample_completion_ids` (the generation backend; tests script it), `generate_token_ids` (prompt
+ids with a max_tokens per row through the trainer's own backend: HF, vLLM colocate or server), `outcome_rewards`
+(the reward functions alone), `sequence_logprobs` (a no-grad forward), `log_metric`, `tokenizer`, `is_multimodal`,
+`decode_completions`, `current_rollout`.
+
+Supported TRL: `TRL_SUPPORTED` (checked at import; `tests/test_trl_seam.py` checks every private signature used).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+TRL_SUPPORTED = SpecifierSet(">=1.16,<1.17")
+if Version(trl.__version__) not in TRL_SUPPORTED:
+    raise ImportError(
+        f"ppm_trl's trainers support trl{TRL_SUPPORTED} but trl {trl.__version__} is installed: the base trainer "
+        f"(ppm_trl/trainers/base.py) relies on GRPOTrainer internals of those versions. Install `trl{TRL_SUPPORTED}`."
+    )
+
+from accelerate.utils import broadcast_object_list, gather_object  # noqa: E402
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
+from trl import GRPOTrainer  # noqa: E402
+from trl.chat_template_utils import parse_response  # noqa: E402
+from trl.data_utils import is_conversational  # noqa: E402
+from trl.models.utils import disable_gradient_checkpointing  # noqa: E402
+from trl.trainer.utils import pad  # noqa: E402
+
+from ..segments import expand_segment_values  # noqa: E402
+from .common import MethodModelCardMixin  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+# The private TRL / Trainer members this module uses, with the leading parameters it passes (checked by
+# tests/test_trl_seam.py: each tuple must be the start of the member's signature).
+TRL_PRIVATE_METHODS = {
+    "_generate": ("self", "prompts"),
+    "_generate_single_turn": ("self", "prompt_ids", "images", "multimodal_fields", "num_generations",
+                              "has_tool_images"),
+    "_generate_and_score_completions": ("self", "inputs"),
+    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
+    # returns (logps, entropies, aux_loss)
+    "_get_per_token_logps_and_entropies": ("self", "model", "input_ids", "attention_mask", "logits_to_keep",
+                                           "batch_size"),
+    "_get_output_dir": ("self", "trial"),
+    "_save_checkpoint": ("self", "model", "trial"),
+    "_load_optimizer_and_scheduler": ("self", "checkpoint"),
+}
+TRL_PRIVATE_ATTRIBUTES = ("_tokenizer", "_is_vlm", "_logs", "_metrics", "_pending_metrics", "_pending_extra_logs")
+# `vllm_generation` (only with use_vllm): its `max_completion_length`, `llm` (colocate) and `vllm_client` (server).
+VLLM_GENERATION_ATTRIBUTES = ("max_completion_length", "llm", "vllm_client")
+COMPLETION_STATISTICS = ("completions/mean_length", "completions/min_length", "completions/max_length",
+                         "completions/clipped_ratio", "completions/mean_terminated_length",
+                         "completions/min_terminated_length", "completions/max_terminated_length")
+
+
+@dataclass
+class Rollout:
+    """One generation batch of this process, by name (TRL's `_generate` returns these as an 8-tuple)."""
+
+    rows: list[dict]  # the dataset rows (TRL's `inputs`)
+    prompts: list  # the prompts as TRL passed them to generation (text or messages)
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    tool_mask: list[list[int]] | None  # 1 = model token, 0 = tool/env output; None without tools
+    completions: list  # decoded (text or assistant messages)
+    logprobs: list[list[float | None]] | None  # sampling log-probs per token (vLLM), None (HF generate)
+    extra_fields: dict
+    images: Any
+    tool_images: Any
+
+
+@dataclass
+class Advantages:
+    """A method's advantages on the gathered batch (B_global rows)."""
+
+    values: torch.Tensor  # (B,) per row, or (B, K) per segment with `segment_ids`
+    segment_ids: torch.Tensor | None = None  # (B_local, T) segment index of each local token (for (B, K) values)
+    logged: torch.Tensor | None = None  # (B,) one scalar per row for the completions table (default: `values`)
+    dropped: torch.Tensor | None = None  # (B,) rows removed from the loss; not None → `num_items_in_batch` recounted
+
+
+def completion_statistics(lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
+    """TRL's completion metrics (gathered lengths, truncated = not ended by EOS/pad), as TRL computes them."""
+    lengths = lengths.float()
+    terminated = lengths[~truncated]
+    if len(terminated) == 0:  # TRL's convention: no terminated row → 0
+        terminated = torch.zeros(1, device=lengths.device)
+    values = (lengths.mean(), lengths.min(), lengths.max(), truncated.float().mean(),
+              terminated.mean(), terminated.min(), terminated.max())
+    return {name: value.item() for name, value in zip(COMPLETION_STATISTICS, values)}
+
+
+def plan_generation_calls(budgets: list[int], rooms: list[int | None]) -> list[tuple[int, list[int]]]:
+    """Group rows into generation calls so that no request asks for more tokens than the engine allows.
+
+    `budgets[i]` is row i's token budget, `rooms[i]` what the engine's max_model_len leaves after its prompt
+    (None: no limit, HF generate). A call with max_tokens M serves row i exactly when min(budget, room) ≤ M ≤ room
+    (rows are cut to their budget afterwards, the same distribution as stopping there). Returns [(M, rows)]: ONE
+    call when every room holds the largest budget (the usual case), else one call per run of rows that fit.
+    """
+    wanted = [b if r is None else min(b, r) for b, r in zip(budgets, rooms)]
+    pending = sorted(range(len(budgets)), key=lambda i: (-wanted[i], i))
+    calls = []
+    while pending:
+        max_tokens = wanted[pending[0]]
+        fits = [i for i in pending if rooms[i] is None or rooms[i] >= max_tokens]
+        calls.append((max_tokens, sorted(fits)))
+        pending = [i for i in pending if i not in set(fits)]
+    return calls
+
+
+class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
+    """GRPOTrainer with public hooks for a method's rollouts, scores, advantages and checkpoint state."""
+
+    # ------------------------------------------------------------------------------------------ public hooks
+    def on_rollout(self, rollout: Rollout) -> Rollout:
+        """Called after every generation (training and eval); return the rollout, rows replaced or not."""
+        return rollout
+
+    def on_scores(self, rows, completions, completion_ids, rewards_per_func: torch.Tensor) -> None:
+        """Called in training after TRL's reward functions; `rewards_per_func` is gathered (B_global, F)."""
+
+    def compute_advantages(self, completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> Advantages | None:
+        """Called after TRL computed its advantages; None keeps TRL's. Masks are this process's (B_local, T)."""
+        return None
+
+    def extra_checkpoint_state(self) -> dict[str, Any]:
+        """{file name: JSON-able state} written into every checkpoint folder."""
+        return {}
+
+    def load_extra_checkpoint_state(self, states: dict[str, Any]) -> None:
+        """Restore from {file name: state} read from the resumed checkpoint (files it lacks are absent)."""
+
+    # ---------------------------------------------------------------------------------------- public helpers
+    @property
+    def tokenizer(self):
+        """The text tokenizer (the processor's own for a multimodal processor)."""
+        return self._tokenizer
+
+    @property
+    def is_multimodal(self) -> bool:
+        return self._is_vlm
+
+    @property
+    def current_rollout(self) -> Rollout | None:
+        """The rollout of the generation batch being scored (None outside `_generate_and_score_completions`)."""
+        return self._current_rollout
+
+    def log_metric(self, name: str, value: float) -> None:
+        """Append `value` to metric `name` of the current mode (averaged by TRL at the next log)."""
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode][name].append(float(value))
+
+    def sample_completion_ids(self, prompt_ids, images=None, multimodal_fields=None, num_generations=1,
+                              has_tool_images=False):
+        """The generation backend: completion ids and sampling log-probs (None with HF generate) per prompt."""
+        return GRPOTrainer._generate_single_turn(self, prompt_ids, images, multimodal_fields or {}, num_generations,
+                                                 has_tool_images)
+
+    def generate_token_ids(self, prompt_ids: list[list[int]], max_tokens: list[int], dummy: list[int]):
+        """Completions of text-only `prompt_ids` rows, at most `max_tokens[i]` tokens for row i: (ids, log-probs).
+
+        Rows after the first len(max_tokens) are dummies (padding so that every rank makes the same calls; they get
+        empty results with vLLM). A collective: every rank calls it with the same number of rows. HF generate: one
+        call of max_completion_length tokens, rows cut to their budget. vLLM: no request asks for more than
+        max_model_len − len(prompt) tokens (server mode answers HTTP 400 otherwise); the calls are planned on every
+        rank's rows, so each call has the same max_tokens and row count on every rank.
+        """
+        if not self.use_vllm:
+            ids, logprobs = self.sample_completion_ids(prompt_ids)
+            cut = list(max_tokens) + [None] * (len(ids) - len(max_tokens))
+            ids = [list(row)[:n] for row, n in zip(ids, cut)]
+            return ids, None if logprobs is None else [list(row)[:n] for row, n in zip(logprobs, cut)]
+        context = self.generation_context_length()
+        rank = self.accelerator.process_index
+        local = [(rank, i, budget, None if context is None else context - len(prompt_ids[i]))
+                 for i, budget in enumerate(max_tokens)]
+        everyone = gather_object(local) if self.accelerator.num_processes > 1 else local
+        calls = plan_generation_calls([b for *_, b, _ in everyone], [r for *_, r in everyone])
+        generated, sampled = [[] for _ in prompt_ids], [[] for _ in prompt_ids]
+        generation = self.vllm_generation
+        default_max_tokens = generation.max_completion_length
+        try:
+            for call_max_tokens, members in calls:
+                mine = [everyone[j][1] for j in members if everyone[j][0] == rank]
+                width = max(sum(everyone[j][0] == r for j in members) for r in range(self.accelerator.num_processes))
+                call_rows = [prompt_ids[i] for i in mine] + [dummy] * (width - len(mine))
+                generation.max_completion_length = call_max_tokens
+                ids, logprobs = self.sample_completion_ids(call_rows)
+                for position, i in enumerate(mine):
+                    generated[i] = list(ids[position])[: max_tokens[i]]
+                    sampled[i] = list(logprobs[position])[: max_tokens[i]]
+        finally:
+            generation.max_completion_length = default_max_tokens
+        return generated, sampled
+
+    def generation_context_length(self) -> int | None:
+        """vLLM's max_model_len (prompt + completion tokens of one request), the same on every rank; None for HF."""
+        if not self.use_vllm:
+            return None
+        if getattr(self, "_vllm_context", None) is None:
+            if self.vllm_mode == "colocate":
+                context = [self.vllm_generation.llm.llm_engine.model_config.max_model_len]
+            else:  # only the main process talks to the server
+                context = [self.args.vllm_max_model_length]
+                if self.accelerator.is_main_process:
+                    try:
+                        context = [self.vllm_generation.vllm_client.get_server_info()["model_config"]["max_model_len"]]
+                    except Exception as error:  # a server without dev endpoints: fall back to the configured value
+                        logger.warning("cannot read the vLLM server's max_model_len (%s); using "
+                                       "vllm_max_model_length=%s", error, self.args.vllm_max_model_length)
+                if self.accelerator.num_processes > 1:
+                    broadcast_object_list(context, from_process=0)
+            self._vllm_context = context[0]
+        return self._vllm_context
+
+    def outcome_rewards(self, rows, prompts, completions, completion_ids) -> torch.Tensor:
+        """(B_global, F) rewards of the reward functions alone (no method scores; a collective). TRL scores the
+        final rows again and logs those, so this call's pending logs are dropped."""
+        rewards = GRPOTrainer._calculate_rewards(self, rows, prompts, completions, completion_ids)
+        self._pending_extra_logs.clear()
+        self._pending_metrics.clear()
+        return rewards
+
+    def sequence_logprobs(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[torch.Tensor]:
+        """Per-token log π(c_j | x, c_<j) of each (prompt, completion) row: one batched no-grad forward of the
+        current model (temperature-scaled, like sampling); float64 on the CPU, one tensor per row."""
+        pad_id, device = self.tokenizer.pad_token_id, self.accelerator.device
+        prompts = [torch.tensor(list(p), dtype=torch.long) for p in prompt_ids]
+        completions = [torch.tensor(list(c), dtype=torch.long) for c in completion_ids]
+        input_ids = torch.cat([pad(prompts, padding_value=pad_id, padding_side="left"),
+                               pad(completions, padding_value=pad_id, padding_side="right")], dim=1).to(device)
+        attention_mask = torch.cat(
+            [pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left"),
+             pad([torch.ones_like(c) for c in completions], padding_value=0, padding_side="right")], dim=1,
+        ).to(device)
+        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, max(len(c) for c in completions),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        return [logps[i, : len(c)].detach().double().cpu() for i, c in enumerate(completion_ids)]
+
+    def decode_completions(self, prompts, prompt_ids, completion_ids) -> list:
+        """Completions decoded exactly as TRL's `_generate` decodes its own (conversational or plain text)."""
+        if not completion_ids:
+            return []
+        if is_conversational({"prompt": prompts[0]}):
+            if getattr(self.tokenizer, "response_template", None) is not None or getattr(
+                self.tokenizer, "response_schema", None
+            ) is not None:
+                return [[parse_response(self.tokenizer, ids, prefix=list(p), tools=self.tools)]
+                        for ids, p in zip(completion_ids, prompt_ids)]
+            contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+            return [[{"role": "assistant", "content": content}] for content in contents]
+        return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+
+    # ------------------------------------------------------------------------- TRL hooks (each overridden once)
+    _current_rollout = None
+    _current_rows = None
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        return self.sample_completion_ids(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+
+    def _generate(self, prompts):
+        self._tokens_seen_before = self.state.num_input_tokens_seen
+        output = super()._generate(prompts)
+        names = [f.name for f in fields(Rollout) if f.name not in ("rows", "prompts")]  # TRL's tuple, in order
+        rollout = Rollout(rows=self._current_rows, prompts=prompts, **dict(zip(names, output, strict=True)))
+        rollout.completion_ids, rollout.completions = list(rollout.completion_ids), list(rollout.completions)
+        if rollout.logprobs is not None:
+            rollout.logprobs = list(rollout.logprobs)
+        rollout = self.on_rollout(rollout)
+        if type(self).on_rollout is not MethodTrainer.on_rollout:  # rows may have changed: TRL's stats describe them
+            self._relog_completion_statistics(rollout)
+        self._current_rollout = rollout
+        return tuple(getattr(rollout, name) for name in names)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.model.training:
+            self.on_scores(inputs, completions, completion_ids_list, rewards_per_func)
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        self._current_rows = inputs  # `_generate` only receives the prompts
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                advantages = self.compute_advantages(output["completion_mask"], output.get("tool_mask"))
+                if advantages is not None:
+                    self._apply_advantages(output, advantages)
+            return output
+        finally:
+            self._current_rows = self._current_rollout = None
+
+    def _save_checkpoint(self, model, trial):
+        # Written before super(), which may push the checkpoint to the Hub and rotate old ones.
+        states = self.extra_checkpoint_state()
+        if states and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            for name, state in states.items():
+                with open(os.path.join(folder, name), "w") as f:
+                    json.dump(state, f)
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        states = {}
+        for name in self.extra_checkpoint_state():
+            path = os.path.join(checkpoint, name)
+            if os.path.exists(path):
+                with open(path) as f:
+                    states[name] = json.load(f)
+        self.load_extra_checkpoint_state(states)
+
+    # ---------------------------------------------------------------------------------------------- the work
+    def _apply_advantages(self, output: dict, advantages: Advantages) -> None:
+        start = self.accelerator.process_index * output["completion_ids"].shape[0]
+        local = slice(start, start + output["completion_ids"].shape[0])
+        values = advantages.values[local]
+        if advantages.segment_ids is not None:
+            values = expand_segment_values(values.to(advantages.segment_ids.device), advantages.segment_ids)
+        output["advantages"] = values.to(output["completion_ids"].device)
+        if advantages.dropped is not None:
+            dropped = advantages.dropped[local]
+            if dropped.any():
+                keep = (~dropped).to(output["completion_mask"].dtype).unsqueeze(1).to(output["completion_mask"].device)
+                output["completion_mask"] = output["completion_mask"] * keep
+            loss_mask = output["completion_mask"]
+            if "tool_mask" in output:
+                loss_mask = loss_mask * output["tool_mask"]
+            output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        # TRL logged one float per gathered row: swap in ours (never a list).
+        logged_values = (advantages.values if advantages.logged is None else advantages.logged).float().tolist()
+        logged = self._logs["advantages"]
+        for _ in range(min(len(logged_values), len(logged))):
+            logged.pop()
+        logged.extend(logged_values)
+
+    def _relog_completion_statistics(self, rollout: Rollout) -> None:
+        """Replace the token count and completion metrics TRL logged for the rows it generated by the final rows'."""
+        mode = "train" if self.model.training else "eval"
+        device = self.accelerator.device
+        if rollout.tool_mask is not None:
+            lengths = [sum(mask) for mask in rollout.tool_mask]
+        else:
+            lengths = [len(ids) for ids in rollout.completion_ids]
+        lengths = self.accelerator.gather(torch.tensor(lengths, device=device))
+        stops = {*self.eos_token_ids, self.tokenizer.pad_token_id}
+        truncated = self.accelerator.gather(
+            torch.tensor([not ids or ids[-1] not in stops for ids in rollout.completion_ids], device=device))
+        metrics = self._metrics[mode]
+        if mode == "train":
+            prompt_tokens = self.accelerator.gather(torch.tensor([len(ids) for ids in rollout.prompt_ids],
+                                                                 device=device)).sum().item()
+            self.state.num_input_tokens_seen = self._tokens_seen_before + prompt_tokens + lengths.sum().item()
+        metrics["num_tokens"] = [self.state.num_input_tokens_seen]
+        for name, value in completion_statistics(lengths, truncated).items():
+            metrics[name][-1] = value
