@@ -1,6 +1,6 @@
 """Figure 4 of the PPM paper on our stack: sparse GRPO vs trajectory- vs segment-level PPM as the horizon grows.
 
-Protocol (every run starts from the same cached SFT warm start, `ppm_trl.warmstart`, and uses `train_variant`
+Protocol (every run starts from the same cached SFT warm start, `ppm_trl.demo.warmstart`, and uses `train_variant`
 from `ppm_trl.demo`, i.e. the real `GRPOTrainer` / `PPMGRPOTrainer`):
 
 1. Measure the warm start's sampled all-correct rate per horizon and pick three: `easy` (the largest n with
@@ -32,8 +32,8 @@ from dataclasses import asdict
 from common import RESULTS, cached_run, markdown_table, mean_spread, samples_to_target
 
 from ppm_trl.demo import VARIANT_LABELS, RunSpec, find_cliff, train_variant
+from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
 from ppm_trl.envs import make_dataset
-from ppm_trl.warmstart import WarmStartSettings, warm_start
 
 ENVS = ("multi_add", "chain_add")  # independent and sequential reasoning graphs (PPM §5.1, App. A)
 

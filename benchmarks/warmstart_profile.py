@@ -15,7 +15,7 @@ import common  # noqa: F401  (puts the checkout on sys.path)
 from horizon_scaling import ENVS
 
 from ppm_trl.demo import find_cliff
-from ppm_trl.warmstart import WarmStartSettings, warm_start
+from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
 
 
 def main(argv=None) -> list[dict]:

@@ -42,34 +42,40 @@ def sample_completions(model, tokenizer, prompts, num_samples: int, max_new_toke
                        progress: bool = False) -> list[list[str]]:
     """`num_samples` sampled completions per prompt (conversational or plain prompts) with HF generate.
 
-    `progress` shows a tqdm bar over the sampled sequences (on stderr).
+    `temperature` 0 is greedy. Sampling is from the whole distribution (top-k off, as in vLLM's `SamplingParams`):
+    a `top_k` in the model's generation config, or transformers' default of 50, is not applied behind the flags.
+    The draws depend only on `seed` (and `batch_size`): the global torch RNG and the model's train/eval mode are
+    restored afterwards, so evaluating inside a training run does not change the run. `progress` shows a tqdm bar
+    over the sampled sequences (on stderr). The eval CLI, the demo and the benchmarks all sample through here.
     """
     import torch
     from tqdm.auto import tqdm
 
-    torch.manual_seed(seed)
     texts = [
         tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if not isinstance(p, str) else p
         for p in prompts
     ]
     flat = [t for t in texts for _ in range(num_samples)]
-    padding_side, tokenizer.padding_side = tokenizer.padding_side, "left"
-    outputs: list[str] = []
+    sampling = ({"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": top_p} if temperature > 0
+                else {"do_sample": False})
+    was_training, rng_state = model.training, torch.random.get_rng_state()
+    torch.manual_seed(seed)
     model.eval()
+    outputs: list[str] = []
     bar = tqdm(total=len(flat), desc="sampling", unit="seq", disable=not progress)
     try:
         for start in range(0, len(flat), batch_size):
             batch = tokenizer(flat[start : start + batch_size], return_tensors="pt", padding=True,
-                              add_special_tokens=False).to(model.device)
+                              padding_side="left", add_special_tokens=False).to(model.device)
             with torch.no_grad():
-                generated = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=temperature > 0,
-                                           temperature=temperature if temperature > 0 else None, top_p=top_p,
-                                           pad_token_id=tokenizer.pad_token_id)
+                generated = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                           **sampling)
             outputs.extend(tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1]:], skip_special_tokens=True))
             bar.update(len(batch["input_ids"]))
     finally:
         bar.close()
-        tokenizer.padding_side = padding_side
+        torch.random.set_rng_state(rng_state)
+        model.train(was_training)
     return [outputs[i * num_samples : (i + 1) * num_samples] for i in range(len(prompts))]
 
 

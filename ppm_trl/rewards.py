@@ -21,25 +21,11 @@ import re
 import threading
 from typing import Any
 
-from .text import boxed_spans, completion_text  # noqa: F401  (completion_text is part of this module's API)
+# `last_boxed` lives in `text` so that `envs/`, which the env rewards below dispatch to, never imports this module;
+# it stays importable from here (public: user reward functions, `columns`, the ARG trainer import it from here).
+from .text import completion_text, last_boxed  # noqa: F401
 
 _WHITESPACE = re.compile(r"\s+")
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the LAST `\\boxed{...}` in `text`, matching nested braces; None if absent or unclosed.
-
-    Escaped braces (`\\{`, `\\}`) are literal characters, not nesting. An unclosed last box (a truncated
-    completion) gives None rather than an earlier box: the final answer is the last one written. Linear time
-    (`text.boxed_spans`).
-    """
-    if not isinstance(text, str):
-        return None
-    spans = boxed_spans(text)
-    if not spans or spans[-1][1] is None:
-        return None
-    start, end = spans[-1]
-    return text[start:end]
 
 
 def normalize_answer(text: str) -> str:

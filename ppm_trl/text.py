@@ -1,4 +1,8 @@
-"""Reading text out of dataset rows and TRL completions (pure; no TRL import)."""
+"""Reading text out of dataset rows and TRL completions, and the final `\\boxed{}` answer (pure; no TRL import).
+
+The bottom of the import graph: it imports nothing from `ppm_trl`, so `rewards`, `envs/` and the trainers can all
+use it without importing each other.
+"""
 
 from __future__ import annotations
 
@@ -80,3 +84,19 @@ def boxed_spans(text: str) -> list[tuple[int, int | None]]:
             spans.append((match.end(), None))
             depth += 1
     return spans
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the LAST `\\boxed{...}` in `text`, matching nested braces; None if absent or unclosed.
+
+    Escaped braces (`\\{`, `\\}`) are literal characters, not nesting. An unclosed last box (a truncated
+    completion) gives None rather than an earlier box: the final answer is the last one written. Linear time
+    (`boxed_spans`).
+    """
+    if not isinstance(text, str):
+        return None
+    spans = boxed_spans(text)
+    if not spans or spans[-1][1] is None:
+        return None
+    start, end = spans[-1]
+    return text[start:end]

@@ -10,8 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ppm_trl import warmstart
-from ppm_trl.demo import RunSpec, main
+from ppm_trl.demo import RunSpec, main, warmstart
 from ppm_trl.envs import make_dataset
 
 
@@ -57,11 +56,43 @@ def test_evaluate_policy_counts_all_correct_and_per_subproblem(monkeypatch):
         lines[1][0] + "\nwrong\n" + lines[1][2],  # 1 of 2 lines right, no outcome
         references[2] + "\njunk",  # both lines right, outcome fails (termination)
     ]
-    monkeypatch.setattr(warmstart, "sample_completions", lambda *args, **kwargs: completions)
+    monkeypatch.setattr(warmstart, "sample_completions", lambda *args, **kwargs: [[text] for text in completions])
     metrics = warmstart.evaluate_policy(None, None, rows, max_new_tokens=8)
     assert metrics["all_correct"] == pytest.approx(1 / 3)
     assert metrics["per_subproblem"] == pytest.approx((1 + 0.5 + 1) / 3)
     assert metrics["per_point"] == pytest.approx([1.0, 2 / 3])  # line 1 right in all three, line 2 in rows 0 and 2
+
+
+def test_the_one_sampler_is_seeded_leaves_the_run_alone_and_ignores_generation_config_top_k():
+    """The demo's evaluation and `ppm-trl eval` sample through `evaluation.sample_completions`: the draws depend on
+    the seed only, an evaluation inside training leaves the global RNG and train mode as they were, and a `top_k`
+    in the model's generation config does not truncate the sampling behind the flags (vLLM does not apply it)."""
+    import torch
+
+    from ppm_trl.evaluation import sample_completions
+    from ppm_trl.tiny import build_tiny_model_and_tokenizer
+
+    assert warmstart.sample_completions is sample_completions  # no second copy in the demo
+    model, tokenizer = build_tiny_model_and_tokenizer(seed=0, hidden_size=32, num_hidden_layers=1)
+    prompts = [row["prompt"] for row in make_dataset("multi_add", 2, 4, seed=0).to_list()]
+    model.train()
+    rng_before = torch.random.get_rng_state()
+    samples = sample_completions(model, tokenizer, prompts, 3, max_new_tokens=12, seed=5)
+    assert torch.equal(torch.random.get_rng_state(), rng_before) and model.training
+    assert [len(texts) for texts in samples] == [3, 3, 3, 3] and len({t for texts in samples for t in texts}) > 1
+    model.generation_config.top_k = 1  # would make every draw greedy if it were applied
+    assert sample_completions(model, tokenizer, prompts, 3, max_new_tokens=12, seed=5) == samples
+    assert sample_completions(model, tokenizer, prompts, 3, max_new_tokens=12, seed=6) != samples
+
+
+def test_python_dash_m_demo_parses_its_flags():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "ppm_trl.demo", "--help"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "usage: python -m ppm_trl.demo" in result.stdout and "--quick" in result.stdout
 
 
 def test_bad_settings_are_clear_errors():

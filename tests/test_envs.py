@@ -15,7 +15,7 @@ from ppm_trl.envs import ENV_NAMES, get_env, make_dataset
 from ppm_trl.envs.chain import ChainEnv
 from ppm_trl.envs.matrix import MatrixEnv, _operations, parse_matrix
 from ppm_trl.envs.multi_countdown import MultiCountdownEnv, evaluate
-from ppm_trl.rewards import last_boxed
+from ppm_trl.text import last_boxed
 
 CORE = ("multi_countdown", "matrix", "chain")
 
@@ -307,3 +307,31 @@ def test_points_other_than_the_goal_grow_with_any_prefix(name, data):
 def test_expression_parser_never_raises(expression):
     result = evaluate(expression)
     assert result is None or isinstance(result[0], Fraction)
+
+
+def test_envs_never_import_rewards():
+    """`rewards` dispatches to `envs/`, so `envs/` importing `rewards` (even lazily, in a function) is a cycle."""
+    import ast
+    import pathlib
+    import subprocess
+    import sys
+
+    import ppm_trl.envs
+
+    for path in sorted(pathlib.Path(ppm_trl.envs.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")] + [alias.name for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            assert not any(name.split(".")[-1] == "rewards" for name in names), f"{path.name}:{node.lineno} imports rewards"
+    # And at run time: every env generates, matches and verifies without `ppm_trl.rewards` being loaded.
+    script = ("import sys\nfrom ppm_trl.envs import ENV_NAMES, get_env, make_dataset\n"
+              "for name in ENV_NAMES:\n    row = make_dataset(name, 2, 1, seed=0)[0]\n"
+              "    assert get_env(name).verify(row, row['reference'])\n"
+              "print(sorted(m for m in sys.modules if m.startswith('ppm_trl.')))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "ppm_trl.rewards" not in result.stdout and "ppm_trl.envs.chain" in result.stdout

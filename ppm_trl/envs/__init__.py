@@ -8,11 +8,11 @@
 | `matrix` | the matrix after each of n sequential operations | chain: point k obsoletes 1..k-1 |
 | `chain` | the n derived quantities of a GSM-Infinite-style word problem | a quantity obsoletes its premises |
 
-Every row has the DESIGN.md columns (`prompt`, `answer`, `reference`, `reasoning_points`, `reasoning_graph`)
-plus `env` (the task name, which `ppm_trl.rewards.env_*` dispatch on), `n` (the horizon) and `task` (a JSON
-string with the task's private data — numbers, intermediate matrices, quantity values — that its matcher reads).
-Generation is deterministic in `(name, n, size, seed)` and every row is checked before it is returned: its
-reference passes `verify` and reaches every point through `match_points`.
+Every row has the dataset columns of `docs/design.md`, section "Data" (`prompt`, `answer`, `reference`,
+`reasoning_points`, `reasoning_graph`), plus `env` (the task name, which `ppm_trl.rewards.env_*` dispatch on), `n`
+(the horizon) and `task` (a JSON string with the task's private data — numbers, intermediate matrices, quantity
+values — that its matcher reads). Generation is deterministic in `(name, n, size, seed)` and every row is checked
+before it is returned: its reference passes `verify` and reaches every point through `match_points`.
 
 Env modules are imported lazily; `multi_add` is registered when `ppm_trl/envs/multi_add.py` exists.
 """

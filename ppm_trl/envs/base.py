@@ -1,8 +1,9 @@
 """The interface every synthetic task implements.
 
-A task generates rows with the DESIGN.md columns (`prompt`, `answer`, `reference`, `reasoning_points`,
-`reasoning_graph`) and knows, without an LLM, which reasoning points a text prefix has reached (`match_points`)
-and whether a full completion is correct (`verify`). Point numbers are 1-based, as in the paper.
+A task generates rows with the dataset columns of `docs/design.md`, section "Data" (`prompt`, `answer`,
+`reference`, `reasoning_points`, `reasoning_graph`), and knows, without an LLM, which reasoning points a text
+prefix has reached (`match_points`) and whether a full completion is correct (`verify`).
+Point numbers are 1-based, as in the paper.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ class SyntheticEnv(ABC):
 
     @abstractmethod
     def generate_row(self, n: int, rng) -> dict[str, Any]:
-        """One problem of horizon `n` from a `random.Random`; must contain every DESIGN.md column."""
+        """One problem of horizon `n` from a `random.Random`, with every column of `docs/design.md`, "Data"."""
 
     @abstractmethod
     def match_points(self, row: dict[str, Any], text: str) -> set[int]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ppm_trl.envs import build_row, first_statements, load_task
 from ppm_trl.envs.base import SyntheticEnv
-from ppm_trl.rewards import last_boxed
+from ppm_trl.text import last_boxed
 
 MAX_N = 30
 MAX_VALUE = 99

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..evaluation import sample_completions
+
 WARMSTART_VERSION = 1  # bump when the recipe changes, so old caches are not reused
 
 
@@ -102,7 +104,7 @@ def sft_dataset(settings: WarmStartSettings):
     """Prompt-completion rows (TRL's format: loss on the completion only) over the settings' horizons."""
     from datasets import concatenate_datasets
 
-    from .envs import make_dataset
+    from ..envs import make_dataset
 
     per_horizon = math.ceil(settings.num_examples / len(settings.horizons))
     parts = [
@@ -124,7 +126,7 @@ def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None
         return path
     from trl import SFTConfig, SFTTrainer
 
-    from .tiny import build_tiny_model_and_tokenizer
+    from ..tiny import build_tiny_model_and_tokenizer
 
     model, tokenizer = build_tiny_model_and_tokenizer(
         seed=settings.seed, hidden_size=settings.hidden_size, num_hidden_layers=settings.num_hidden_layers,
@@ -167,7 +169,7 @@ def _accuracy_probe(settings: WarmStartSettings, tokenizer, probes: list):
     """A callback that stops SFT once sampled per-sub-problem accuracy at `probe_horizon` reaches the target."""
     from transformers import TrainerCallback
 
-    from .envs import make_dataset
+    from ..envs import make_dataset
 
     probe = make_dataset(settings.env, settings.probe_horizon, settings.probe_size, seed=77_777)
     budget = completion_budget(settings.env, settings.probe_horizon)
@@ -201,35 +203,10 @@ def load_policy(path: str):
 
 def completion_budget(env: str, n: int, slack: float = 1.3) -> int:
     """Completion tokens to allow at horizon n: `slack` × the longest reference of 64 sampled rows (bytes = tokens)."""
-    from .envs import make_dataset
+    from ..envs import make_dataset
 
     longest = max(len(ref.encode()) for ref in make_dataset(env, n, 64, seed=123)["reference"])
     return int(math.ceil(slack * longest)) + 2
-
-
-@torch.no_grad()
-def sample_completions(model, tokenizer, prompts: list, max_new_tokens: int, temperature: float = 1.0,
-                       batch_size: int = 128, seed: int = 0) -> list[str]:
-    """One completion per prompt (conversational prompts), sampled at `temperature` (0 = greedy)."""
-    was_training = model.training
-    model.eval()
-    texts = tokenizer.apply_chat_template(prompts, add_generation_prompt=True, tokenize=False)
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    outputs = []
-    try:
-        for start in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
-                              padding_side="left", add_special_tokens=False)
-            sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 \
-                else {"do_sample": False}
-            generated = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                       eos_token_id=tokenizer.eos_token_id, **sampling)
-            outputs += tokenizer.batch_decode(generated[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
-    finally:
-        torch.random.set_rng_state(generator_state)
-        model.train(was_training)
-    return outputs
 
 
 def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature: float = 1.0, seed: int = 0,
@@ -240,11 +217,12 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
     still moves when all-correct success is 0; `per_point[k-1]` is the fraction of rows reaching point k (where in
     the solution errors sit), given when all rows have the same number of points.
     """
-    from .envs import get_env
+    from ..envs import get_env
 
     rows = dataset.to_list()
-    completions = sample_completions(model, tokenizer, [row["prompt"] for row in rows], max_new_tokens,
-                                     temperature=temperature, batch_size=batch_size, seed=seed)
+    samples = sample_completions(model, tokenizer, [row["prompt"] for row in rows], 1, max_new_tokens,
+                                 temperature=temperature, batch_size=batch_size, seed=seed)
+    completions = [texts[0] for texts in samples]
     solved, fractions, reached_sets = 0, [], []
     for row, text in zip(rows, completions):
         env = get_env(row["env"])
@@ -261,4 +239,4 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
 
 
 __all__ = ["ENV_RECIPES", "WarmStartSettings", "completion_budget", "default_cache_root", "evaluate_policy", "load_policy",
-           "sample_completions", "sft_dataset", "warm_start"]
+           "sft_dataset", "warm_start"]
