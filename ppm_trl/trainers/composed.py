@@ -2,12 +2,12 @@
 
 Composition is Python's method resolution order over the single-method trainers, with no hook written twice:
 
-    PPMARGTrainer → ARGTrainer → PPMGRPOTrainer → GRPOTrainer
+    PPMARGTrainer → ARGTrainer → PPMGRPOTrainer → MethodTrainer (base.py) → GRPOTrainer
 
-`_generate` is ARG's (all-failure groups get accepted continuations or the reference, verified by the reward
-functions alone, `ARGTrainer._verify`), then TRL scores the FINAL rows: `_calculate_rewards` is PPM's (segment
+`on_rollout` is ARG's (all-failure groups get accepted continuations or the reference, verified by the reward
+functions alone, `MethodTrainer.outcome_rewards`), then TRL scores the FINAL rows: `on_scores` is PPM's (segment
 progress of every row, inserted ones judged like any rollout) or PAPO's (process scores of the correct rows), and
-`_generate_and_score_completions` replaces TRL's advantages with PPM's (B, T) or PAPO's (B,) ones. ARG's own
+`compute_advantages` replaces TRL's advantages with PPM's (B, T) or PAPO's (B,) ones. ARG's own
 advantage (accuracy + 0.2·format, std-normalised) is thereby replaced by the crediting method's; its selector
 feedback is unchanged. The dataset needs both methods' columns (`reference`; `reasoning_points` for PPM).
 """
