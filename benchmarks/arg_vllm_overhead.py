@@ -52,13 +52,13 @@ def main():
     trainer = ARGTrainer(model=model, reward_funcs=[accuracy_reward, format_reward], args=config,
                          train_dataset=dataset)
     sizes = []
-    generate = trainer._generate_single_turn
+    generate = trainer.sample_completion_ids  # the public generation hook: ARG's continuations go through it too
 
     def counting(prompt_ids, *rest, **kwargs):
         sizes.append(len(prompt_ids))
         return generate(prompt_ids, *rest, **kwargs)
 
-    trainer._generate_single_turn = counting
+    trainer.sample_completion_ids = counting
     timer, totals = StepTimer(), defaultdict(float)
     trainer.add_callback(timer)
     timed(trainer, "_guide_failed_groups", totals)

@@ -93,7 +93,8 @@ class ReplayedBatch:
 
     def install(self, trainer):
         tokenizer = trainer.processing_class
-        generate = trainer._generate_single_turn
+        hook = generation_hook(trainer)
+        generate = getattr(trainer, hook)
 
         def replay(prompt_ids, *args, **kwargs):
             key = tuple(map(tuple, prompt_ids))
@@ -107,7 +108,13 @@ class ReplayedBatch:
                 self.cache[key] = completion_ids
             return [list(ids) for ids in self.cache[key]], None
 
-        trainer._generate_single_turn = replay
+        setattr(trainer, hook, replay)
+
+
+def generation_hook(trainer) -> str:
+    """The method the generation backend is reached through: our trainers' public `sample_completion_ids` (ARG's
+    continuations go through it too), else TRL's own `_generate_single_turn` (the plain GRPOTrainer baseline)."""
+    return "sample_completion_ids" if hasattr(trainer, "sample_completion_ids") else "_generate_single_turn"
 
 
 def run(trainer_class, config_class, steps, dataset, pieces=(), scorer_attr=None, replay=None,
@@ -145,18 +152,18 @@ def arg_overhead(steps: int) -> dict:
     sizes = []
 
     def count_generation_rows(trainer):
-        generate = trainer._generate_single_turn
+        generate = trainer.sample_completion_ids
 
         def counting(prompt_ids, *args, **kwargs):
             sizes.append(len(prompt_ids))
             return generate(prompt_ids, *args, **kwargs)
 
-        trainer._generate_single_turn = counting
+        trainer.sample_completion_ids = counting
 
     step, totals, trainer = run(ARGTrainer, ARGConfig, steps, dataset, pieces=["_guide_failed_groups"],
                                 reward_funcs=[accuracy_reward, format_reward], keep_trainer=True,
                                 setup=count_generation_rows, reward_weights=[1.0, 0.2], warmup_steps=0)
-    generate = type(trainer)._generate_single_turn.__get__(trainer)
+    generate = type(trainer).sample_completion_ids.__get__(trainer)
     extra_rows = statistics.median(sizes[1::2])  # calls alternate: the group's G samples, then the continuations
     tokenizer = trainer.processing_class
     texts = [tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
@@ -192,7 +199,7 @@ def main():
     replay = ReplayedBatch(dataset)
     # `_score_progress` decodes the K prefixes and calls the scorer; the scorer's own time is subtracted below.
     ppm_pieces = ["_prefix_lengths", "_score_progress", "_segment_advantages", "_segment_ids", "_log_ppm"]
-    papo_pieces = ["_score_correct_responses", "_replace_advantages"]
+    papo_pieces = ["_score_correct_responses", "compute_advantages"]
 
     def grpo():
         return {"grpo": run(GRPOTrainer, GRPOConfig, args.steps, dataset, replay=replay)}
