@@ -35,7 +35,7 @@ from ..arg import (
 )
 from ..configs import ARGConfig
 from ..rewards import last_boxed
-from .base import MethodTrainer, Rollout, plan_generation_calls  # noqa: F401  (plan_generation_calls: re-export)
+from .base import MethodTrainer, Rollout
 from .common import check_reward_columns, completion_text, resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -205,7 +205,9 @@ class ARGTrainer(MethodTrainer):
         """Alg. 1 lines 4–18 for this generation batch; overwrites failed rows of the rollout in place."""
         args, group_size = self.args, self.num_generations
         inputs, prompts, prompt_ids = rollout.rows, rollout.prompts, rollout.prompt_ids
-        rewards = self._verify(inputs, prompts, rollout.completions, rollout.completion_ids)
+        # The reward functions alone: a composed trainer's PPM progress or PAPO process scores would spend judge calls
+        # on rows that guidance only needs verdicts for.
+        rewards = self.outcome_rewards(inputs, prompts, rollout.completions, rollout.completion_ids)
         verdict = rewards[:, 0]
         scored = ~torch.isnan(verdict)
         failed = (scored & (verdict <= 0)).view(-1, group_size).all(dim=1)  # every row scored and incorrect
@@ -310,7 +312,7 @@ class ARGTrainer(MethodTrainer):
             row_inputs.append(inputs[row])
             row_prompt_ids.append(prompt_ids[row])
         texts = self.decode_completions(row_prompts, row_prompt_ids, candidate_ids)
-        rewards = self._verify(row_inputs, row_prompts, texts, candidate_ids)  # collective, gathered
+        rewards = self.outcome_rewards(row_inputs, row_prompts, texts, candidate_ids)  # collective, gathered
         start = self.accelerator.process_index * num_rows
         verdict = rewards[start : start + num_rows, 0].cpu()
         stop_ids = {*self.eos_token_ids, self.tokenizer.pad_token_id}
@@ -452,11 +454,6 @@ class ARGTrainer(MethodTrainer):
     def _eos_token_id(self) -> int:
         eos = self.tokenizer.eos_token_id
         return eos if eos in self.eos_token_ids else self.eos_token_ids[0]
-
-    def _verify(self, inputs, prompts, completions, completion_ids) -> torch.Tensor:
-        """(B_global, F) rewards of the reward functions alone, not a crediting method's scores (a composed trainer's
-        PPM progress or PAPO process scores would spend judge calls on rows that guidance only needs verdicts for)."""
-        return self.outcome_rewards(inputs, prompts, completions, completion_ids)
 
     def _replacement_generator(self) -> torch.Generator:
         """Per-rank generator for the uniform replacement positions, reproducible across resumes (no saved state)."""
