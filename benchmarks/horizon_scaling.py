@@ -6,14 +6,16 @@ from `ppm_trl.demo`, i.e. the real `GRPOTrainer` / `PPMGRPOTrainer`):
 1. Measure the warm start's sampled all-correct rate per horizon and pick three: `easy` (the largest n with
    base ≥ 20%), `cliff` (the smallest n with base ≤ 3%) and `impossible` (the smallest n with base 0 beyond the
    cliff); or pass `--horizons`.
-2. Tune: at the cliff, seed 0, every variant at every learning rate of `--lrs`; each variant keeps its best
-   (final all-correct, ties broken by per-sub-problem accuracy). An unfair learning rate can fake a gap.
+2. Tune: at the cliff (or `--tune-at impossible`), seed 0, every variant at every learning rate of `--lrs`; each
+   variant keeps its best (final all-correct, ties broken by per-sub-problem accuracy). An unfair learning rate can
+   fake a gap.
 3. Run every horizon × variant × seed at the variant's best learning rate, same sample budget.
 4. Optionally (`--extra-variants papo arg`) run PAPO / ARG at the largest horizon, same budget.
 
 Reported: final all-correct and per-sub-problem accuracy (mean ± sample std over seeds), the samples each needs
-to reach `--target` all-correct (median over the seeds that reach it, and how many do), a markdown table and a
-plot. Runs are cached as JSON under `--output-dir/runs/`, so an interrupted invocation resumes where it stopped.
+to reach `--target` all-correct (median over the seeds that reach it, and how many do), the fraction of rows the
+zero-advantage filter removed (PPM variants) and of groups whose outcome rewards were all equal (every variant), a
+markdown table and a plot. Runs are cached as JSON under `--output-dir/runs/`, so an interrupted invocation resumes where it stopped.
 
     python benchmarks/horizon_scaling.py                    # ~1 h on 2 CPU cores
     python benchmarks/horizon_scaling.py --quick            # CI smoke (seconds)
@@ -95,6 +97,14 @@ def final(result: dict, key: str) -> float:
     return result["history"][-1][key]
 
 
+def train_metric(results: list[dict], name: str) -> str:
+    """Mean over the seeds of the run-average of a logged training metric; "–" if the runs did not log it."""
+    per_run = [[log[name] for log in r.get("train_logs", []) if name in log] for r in results]
+    if not all(per_run):
+        return "–"
+    return f"{statistics.fmean(statistics.fmean(values) for values in per_run):.3f}"
+
+
 def summarize(args, horizons: dict, rates: dict, best_lr: dict, tuning: dict, runs: dict) -> dict:
     """Per (horizon, variant): final metrics mean ± std, samples-to-target; plus the markdown tables."""
     rows, summary = [], {}
@@ -114,9 +124,11 @@ def summarize(args, horizons: dict, rates: dict, best_lr: dict, tuning: dict, ru
                          f"{results[0]['spec']['learning_rate']:g}", f"{ac[0]:.3f} ± {ac[1]:.3f}",
                          f"{ps[0]:.3f} ± {ps[1]:.3f}",
                          f"{median:.0f} ({len(reached)}/{len(results)})" if median is not None
-                         else f"not reached (0/{len(results)})"])
+                         else f"not reached (0/{len(results)})",
+                         train_metric(results, "ppm/frac_rows_filtered"), train_metric(results, "frac_reward_zero_std")])
     table = markdown_table(["n", "warm start all-correct / per-sub", "variant", "lr", "final all-correct",
-                            "final per-sub-problem", f"samples to {args.target:g} all-correct (seeds)"], rows)
+                            "final per-sub-problem", f"samples to {args.target:g} all-correct (seeds)",
+                            "frac_rows_filtered", "groups with equal outcomes"], rows)
     tune_rows = [[VARIANT_LABELS[v], f"{lr:g}", f"{final(r, 'all_correct'):.3f}", f"{final(r, 'per_subproblem'):.3f}",
                   "best" if best_lr.get(v) == lr else ""] for (v, lr), r in sorted(tuning.items())]
     tune_table = markdown_table(["variant", "lr", "final all-correct", "final per-sub", ""], tune_rows)
@@ -173,6 +185,8 @@ def parse_args(argv=None):
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--best-lrs", nargs="+", default=None, metavar="VARIANT=LR",
                         help="Skip the tuning and use these learning rates (e.g. the ones tuned on multi_add).")
+    parser.add_argument("--tune-at", choices=["cliff", "impossible"], default="cliff",
+                        help="The horizon whose seed-0 runs pick each variant's learning rate.")
     parser.add_argument("--only", nargs="+", choices=["easy", "cliff", "impossible"],
                         default=["cliff", "impossible", "easy"], help="Which horizons to run.")
     parser.add_argument("--extras-only", action="store_true",
@@ -211,14 +225,14 @@ def main(argv=None) -> dict:
         best_lr = {v: float(lr) for v, lr in (item.split("=") for item in args.best_lrs)}
     for variant in args.variants if not args.best_lrs else ():
         for lr in args.lrs:
-            result = run(args, model_path, variant, horizons["cliff"], lr, args.seeds[0], eval_sets)
+            result = run(args, model_path, variant, horizons[args.tune_at], lr, args.seeds[0], eval_sets)
             if result is not None:
                 tuning[(variant, lr)] = result
         tried = [lr for lr in args.lrs if (variant, lr) in tuning]
         if tried:
             best_lr[variant] = max(tried, key=lambda lr, v=variant: (final(tuning[(v, lr)], "all_correct"),
                                                                    final(tuning[(v, lr)], "per_subproblem")))
-    print(f"best learning rates at the cliff: {best_lr}", flush=True)
+    print(f"best learning rates at the {args.tune_at}: {best_lr}", flush=True)
 
     runs: dict = {}
     for label in args.only if not args.extras_only else ():

@@ -48,6 +48,25 @@ def test_learning_benchmarks_quick(tmp_path, script, flags):
     assert {p.suffix for p in written} == {".json", ".png"}  # horizon_scaling appends `_quick` to the directory
 
 
+def test_horizon_scaling_composed_variants_quick(tmp_path):
+    """PPM+ARG and PAPO+ARG run through the benchmark, tuned at the impossible horizon, with their training logs."""
+    out = tmp_path / "results"
+    stdout = _run("benchmarks/horizon_scaling.py", "--quick", "--output-dir", str(out), "--env", "multi_add",
+                  "--variants", "ppm+arg", "papo+arg", "--tune-at", "impossible", "--only", "impossible",
+                  "--cache-dir", str(tmp_path / "cache"))
+    assert "best learning rates at the impossible" in stdout
+    runs = tmp_path / "results_quick" / "runs"
+    for variant in ("ppm+arg", "papo+arg"):
+        logs = json.loads((runs / f"{variant}_n3_lr0.0001_s0.json").read_text())["train_logs"]
+        per_step = [log for log in logs if "arg/inserted_rows" in log]
+        assert len(per_step) == 2  # --quick: 2 steps, logged every step
+        assert all(log["arg/all_failure_groups"] >= 0 for log in per_step)
+        assert ("ppm/frac_rows_filtered" in per_step[0]) == (variant == "ppm+arg")
+    rows = [line for line in stdout.splitlines() if line.startswith("| 3 (impossible)")]
+    assert [row.split(" | ")[2] for row in rows] == ["PPM segment-level + ARG", "PAPO + ARG"]
+    assert rows[0].split(" | ")[-2] != "–" and rows[1].split(" | ")[-2] == "–"  # frac_rows_filtered: PPM only
+
+
 def test_warmstart_profile_quick(tmp_path):
     stdout = _run("benchmarks/warmstart_profile.py", "--quick", "--env", "chain_add", "--cache-dir", str(tmp_path))
     results = json.loads(stdout.strip().splitlines()[-1])["results"]

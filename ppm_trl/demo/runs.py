@@ -12,13 +12,15 @@ from dataclasses import asdict, dataclass, field
 
 from .warmstart import completion_budget, evaluate_policy, load_policy
 
-VARIANTS = ("sparse", "trajectory", "segment", "papo", "arg")
+VARIANTS = ("sparse", "trajectory", "segment", "papo", "arg", "ppm+arg", "papo+arg")
 VARIANT_LABELS = {
     "sparse": "GRPO (sparse outcome)",
     "trajectory": "PPM trajectory-level",
     "segment": "PPM segment-level",
     "papo": "PAPO (programmatic process score)",
     "arg": "ARG (reference guidance)",
+    "ppm+arg": "PPM segment-level + ARG",
+    "papo+arg": "PAPO + ARG",
 }
 
 
@@ -57,7 +59,7 @@ def _common_args(spec: RunSpec, output_dir: str, budget: int, progress: bool) ->
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, beta=0.0,
         epsilon_high=0.28, loss_type="dapo", mask_truncated_completions=True, seed=spec.seed,
         use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none", save_strategy="no",
-        logging_steps=spec.max_steps + 1, disable_tqdm=not progress, dataloader_num_workers=0,
+        logging_steps=spec.eval_every, disable_tqdm=not progress, dataloader_num_workers=0,
     )
 
 
@@ -79,12 +81,23 @@ def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: st
         args = PPMConfig(**common, granularity=spec.variant, num_segments=spec.num_segments or spec.n,
                          add_outcome_reward=True, scale_rewards="none", filter_zero_advantage_groups=True)
         return PPMGRPOTrainer(args=args, **kwargs)
-    if spec.variant == "papo":
-        from ..configs import PAPOConfig
+    if spec.variant in ("papo", "papo+arg"):
+        from ..configs import PAPOARGConfig, PAPOConfig
+        from ..trainers.composed import PAPOARGTrainer
         from ..trainers.papo import PAPOTrainer
 
         # Programmatic process score: the fraction of reference lines a correct response states (no LLM judge).
-        return PAPOTrainer(args=PAPOConfig(**common, process_scorer="programmatic"), **kwargs)
+        # With ARG, `common` overrides ARG's paper schedule (warmup 10, weight decay 0.01): the same optimiser.
+        config, trainer = (PAPOConfig, PAPOTrainer) if spec.variant == "papo" else (PAPOARGConfig, PAPOARGTrainer)
+        return trainer(args=config(**common, process_scorer="programmatic"), **kwargs)
+    if spec.variant == "ppm+arg":
+        from ..configs import PPMARGConfig
+        from ..trainers.composed import PPMARGTrainer
+
+        # ARG decides the rows of all-failure groups, segment-level PPM (as in "segment") credits every row.
+        args = PPMARGConfig(**common, granularity="segment", num_segments=spec.num_segments or spec.n,
+                            add_outcome_reward=True, scale_rewards="none", filter_zero_advantage_groups=True)
+        return PPMARGTrainer(args=args, **kwargs)
     from ..configs import ARGConfig
     from ..trainers.arg import ARGTrainer
 
@@ -92,17 +105,25 @@ def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: st
     return ARGTrainer(args=ARGConfig(**common), **kwargs)
 
 
-def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history: list, progress_bar):
+def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history: list, train_logs: list,
+                   progress_bar):
     from transformers import TrainerCallback
 
     class SuccessCallback(TrainerCallback):
-        """Sampled success on the held-out prompts every `eval_every` steps (same seed each time)."""
+        """Sampled success on the held-out prompts every `eval_every` steps (same seed each time), and the
+        trainer's own metrics of each logging window."""
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if progress_bar is not None:
                 progress_bar.update(1)
             if state.global_step % spec.eval_every == 0 or state.global_step == spec.max_steps:
                 record(model, state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            # TRL's averages over the window (e.g. ppm/frac_rows_filtered, frac_reward_zero_std, arg/inserted_rows)
+            kept = {name: value for name, value in (logs or {}).items() if isinstance(value, (int, float))}
+            if kept:
+                train_logs.append({"step": state.global_step, **kept})
 
     def record(model, step: int):
         metrics = evaluate_policy(model, tokenizer, eval_dataset, budget, seed=1234)
@@ -132,15 +153,17 @@ def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str,
     budget = completion_budget(env, spec.n)
     train_dataset = make_dataset(env, spec.n, train_size, seed=50_000 + spec.seed)
     history: list[dict] = []
+    train_logs: list[dict] = []
     bar = tqdm(total=spec.max_steps, desc=f"{spec.variant:>10} n={spec.n}", disable=not progress)
-    callback, record = _eval_callback(tokenizer, eval_dataset, budget, spec, history, bar)
+    callback, record = _eval_callback(tokenizer, eval_dataset, budget, spec, history, train_logs, bar)
     record(model, 0)
     trainer = build_trainer(spec, model, tokenizer, train_dataset, output_dir, budget)
     trainer.add_callback(callback)
     start = time.time()
     trainer.train()
     bar.close()
-    result = {"spec": asdict(spec), "history": history, "train_seconds": time.time() - start}
+    result = {"spec": asdict(spec), "history": history, "train_logs": train_logs,
+              "train_seconds": time.time() - start}
     if save_dir is not None:
         trainer.model.save_pretrained(save_dir)
         tokenizer.save_pretrained(save_dir)
