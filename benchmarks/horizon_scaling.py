@@ -129,10 +129,21 @@ def summarize(args, horizons: dict, rates: dict, best_lr: dict, tuning: dict, ru
     table = markdown_table(["n", "warm start all-correct / per-sub", "variant", "lr", "final all-correct",
                             "final per-sub-problem", f"samples to {args.target:g} all-correct (seeds)",
                             "frac_rows_filtered", "groups with equal outcomes"], rows)
+    line_rows = []  # which lines each variant learned: final per-line accuracy at every horizon, mean over seeds
+    for label, n in horizons.items():
+        for variant in [v for v in VARIANT_LABELS if (n, v) in runs]:
+            results = runs[(n, variant)]
+            if all("per_point" in r["history"][-1] for r in results):
+                start = results[0]["history"][0]["per_point"]
+                lines = [statistics.fmean(values) for values in zip(*(r["history"][-1]["per_point"] for r in results))]
+                line_rows.append([f"{n} ({label})", VARIANT_LABELS[variant], " ".join(f"{a:.2f}" for a in start),
+                                  " ".join(f"{a:.2f}" for a in lines)])
+    line_table = markdown_table(["n", "variant", "line accuracy at step 0", "line accuracy, final (mean of seeds)"],
+                                line_rows)
     tune_rows = [[VARIANT_LABELS[v], f"{lr:g}", f"{final(r, 'all_correct'):.3f}", f"{final(r, 'per_subproblem'):.3f}",
                   "best" if best_lr.get(v) == lr else ""] for (v, lr), r in sorted(tuning.items())]
     tune_table = markdown_table(["variant", "lr", "final all-correct", "final per-sub", ""], tune_rows)
-    return {"summary": summary, "table": table, "tuning_table": tune_table}
+    return {"summary": summary, "table": table, "tuning_table": tune_table, "line_table": line_table}
 
 
 def plot(args, horizons: dict, runs: dict, path: str) -> None:
@@ -260,7 +271,7 @@ def main(argv=None) -> dict:
                    "wall_seconds": time.time() - started})
     with open(os.path.join(args.output_dir, "summary.json"), "w") as handle:
         json.dump(report, handle, indent=2, default=str)
-    print("\n" + report["tuning_table"] + "\n\n" + report["table"], flush=True)
+    print("\n" + report["tuning_table"] + "\n\n" + report["table"] + "\n\n" + report["line_table"], flush=True)
     return report
 
 
