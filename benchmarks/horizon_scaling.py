@@ -152,6 +152,7 @@ def plot(args, horizons: dict, runs: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    horizons = {label: n for label, n in horizons.items() if any(key[0] == n for key in runs)} or horizons  # --only
     fig, axes = plt.subplots(2, len(horizons), figsize=(4.2 * len(horizons), 7), squeeze=False)
     for column, (label, n) in enumerate(horizons.items()):
         for variant in [v for v in VARIANT_LABELS if (n, v) in runs]:
