@@ -194,6 +194,9 @@ def parse_args(argv=None):
     parser.add_argument("--target", type=float, default=0.10)
     parser.add_argument("--output-dir", default=None, help="Default benchmarks/results/horizon_scaling/<env>.")
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
+    parser.add_argument("--warm-start-steps", type=int, default=None,
+                        help="Train the warm start exactly this many SFT steps (no accuracy probe). The probe's "
+                        "stopping step depends on how it samples; a fixed step count pins the checkpoint.")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--best-lrs", nargs="+", default=None, metavar="VARIANT=LR",
                         help="Skip the tuning and use these learning rates (e.g. the ones tuned on multi_add).")
@@ -214,6 +217,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     args.output_dir = args.output_dir or os.path.join(RESULTS, "horizon_scaling", args.env)
     settings = WarmStartSettings.for_env(args.env)
+    if args.warm_start_steps is not None:
+        settings = WarmStartSettings.for_env(args.env, max_steps=args.warm_start_steps, target_per_subproblem=None)
     if args.quick:
         settings = WarmStartSettings(env=args.env, horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8, hidden_size=32,
                                      num_hidden_layers=1, target_per_subproblem=None)

@@ -26,9 +26,13 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--size", type=int, default=256, help="Prompts per horizon.")
     parser.add_argument("--json", default=None, help="Also write the results to this file.")
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
+    parser.add_argument("--warm-start-steps", type=int, default=None,
+                        help="The warm start trained exactly this many SFT steps (horizon_scaling.py's flag).")
     parser.add_argument("--quick", action="store_true", help="CI smoke: an untrained tiny warm start, 4 prompts.")
     args = parser.parse_args(argv)
     settings = WarmStartSettings.for_env(args.env)
+    if args.warm_start_steps is not None:
+        settings = WarmStartSettings.for_env(args.env, max_steps=args.warm_start_steps, target_per_subproblem=None)
     if args.quick:
         settings = WarmStartSettings(env=args.env, horizons=(1,), num_examples=8, max_steps=1, batch_size=4,
                                      hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
