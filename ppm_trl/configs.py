@@ -143,6 +143,11 @@ class PPMConfig(GRPOConfig, JudgeArguments):
         default=True,
         metadata={"help": "Drop groups whose advantages are all zero from the loss (paper App. B, after DAPO)."},
     )
+    overlap_scoring: bool = field(
+        default=True,
+        metadata={"help": "Start the progress scorer's (judge's) requests as soon as a batch's completions exist, "
+                  "while TRL computes the old/reference log-probs; the same grades. False: score after TRL's rewards."},
+    )
     # Paper Table 3 / App. B defaults where they differ from TRL's.
     learning_rate: float = field(default=3e-6, metadata={"help": "Paper Table 3: 3e-6."})
     num_generations: int | None = field(default=16, metadata={"help": "Trajectories per prompt (paper: 16)."})

@@ -30,6 +30,19 @@ def test_overhead_quick(tmp_path):
     assert "PPM step / GRPO step" in stdout
 
 
+def test_judge_overlap_quick(tmp_path):
+    out = tmp_path / "judge_overlap.json"
+    stdout = _run("benchmarks/judge_overlap.py", "--quick", "--json", str(out))
+    results = json.loads(out.read_text())
+    summary = results["summary"]
+    assert [row["latency_s"] for row in summary] == results["settings"]["latencies"]
+    assert all(row["judge_s"] > 0 and row["logprob_s"] > 0 and 0 <= row["fraction_hidden"] <= 1 for row in summary)
+    assert {(step["latency"], step["overlap"]) for step in results["steps"]} == {
+        (latency, overlap) for latency in results["settings"]["latencies"] for overlap in (True, False)}
+    assert all(step["requests"] > 0 for step in results["steps"])  # no step was served from the cache
+    assert "| L (s) | step sequential (s) | step overlapped (s) | judge (s) | log-prob (s) |" in stdout
+
+
 def test_judge_throughput_quick():
     stdout = _run("benchmarks/judge_throughput.py", "--requests", "64", "--latency", "0.01", "--transport", "both",
                   "--bare")

@@ -69,6 +69,19 @@ def test_rollout_tuple_order_and_logged_statistics():
         assert f'"{name}"' in source or name in source, f"GRPOTrainer._generate no longer logs {name}. {SUPPORTED}"
 
 
+def test_log_prob_passes_run_between_generation_and_rewards():
+    """`on_final_rollout` work (PPM's early judge requests) overlaps TRL's old/reference log-prob passes only because
+    `_generate_and_score_completions` runs them after `_generate` and before `_calculate_rewards`."""
+    source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    generate = source.find("self._generate(")
+    old_logps = source.find("old_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(")
+    ref_logps = source.find("ref_per_token_logps, _, _ = self._get_per_token_logps_and_entropies(")
+    rewards = source.find("self._calculate_rewards(")
+    assert -1 not in (generate, old_logps, ref_logps, rewards), f"a step of the rollout is gone. {SUPPORTED}"
+    assert generate < old_logps < ref_logps < rewards, (
+        f"TRL no longer computes the log-probs between generation and rewards. {SUPPORTED}")
+
+
 def test_only_the_base_names_trl_private_members(plain_trainer):
     """Every private member of a GRPOTrainer (class or instance) appears in ppm_trl/ only in base.py."""
     private = {name for name in {*dir(GRPOTrainer), *vars(plain_trainer)}

@@ -4,6 +4,8 @@ It overrides each TRL hook once and gives the method trainers public, documented
 
 - `on_rollout(rollout) -> Rollout` — after TRL generated (and decoded) the rows, before anything is scored: the rows
   may be replaced (ARG). The base then recomputes TRL's completion statistics so that they describe the FINAL rows.
+- `on_final_rollout(rollout)` — training only, after every `on_rollout` of the MRO: the rows are final and TRL's
+  log-prob passes come next. Start slow scoring here (`run_in_background`) and collect it in `on_scores` (PPM).
 - `on_scores(rows, completions, completion_ids, rewards_per_func)` — after TRL's rewards, training only (PPM's
   progress, PAPO's process scores); `rewards_per_func` is gathered (B_global, F), the other arguments local.
 - `compute_advantages(completion_mask, tool_mask) -> Advantages | None` — after TRL computed its own; the method's
@@ -15,7 +17,14 @@ It overrides each TRL hook once and gives the method trainers public, documented
 And public helpers: `sample_completion_ids` (the generation backend; tests script it), `generate_token_ids` (prompt
 ids with a max_tokens per row through the trainer's own backend: HF, vLLM colocate or server), `outcome_rewards`
 (the reward functions alone), `sequence_logprobs` (a no-grad forward), `log_metric`, `tokenizer`, `is_multimodal`,
-`decode_completions`, `current_rollout`.
+`decode_completions`, `current_rollout`, `run_in_background`.
+
+The order inside TRL 1.16's `GRPOTrainer._generate_and_score_completions`, which the hooks hang on:
+1. `_generate(prompts)` (→ `on_rollout`, then `on_final_rollout`) and padding into tensors;
+2. under no_grad, the old-policy log-probs (only when `gradient_accumulation_steps % (steps_per_generation ×
+   num_iterations) != 0`, or vLLM importance sampling) and the reference model's (only when `beta != 0`);
+3. `_calculate_rewards` (→ `on_scores`), then TRL's advantages (→ `compute_advantages`).
+Work started in step 1 therefore runs during step 2 and is collected in step 3.
 
 Supported TRL: `TRL_SUPPORTED` (checked at import; `tests/test_trl_seam.py` checks every private signature used).
 """
@@ -25,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -140,6 +150,11 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
         """Called after every generation (training and eval); return the rollout, rows replaced or not."""
         return rollout
 
+    def on_final_rollout(self, rollout: Rollout) -> None:
+        """Called in training after every `on_rollout`, before TRL's log-prob passes: the rows are final. Work that
+        only needs the completions (the judge) can start here with `run_in_background`, to be collected in
+        `on_scores`; evaluation never calls it."""
+
     def on_scores(self, rows, completions, completion_ids, rewards_per_func: torch.Tensor) -> None:
         """Called in training after TRL's reward functions; `rewards_per_func` is gathered (B_global, F)."""
 
@@ -168,6 +183,18 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
     def current_rollout(self) -> Rollout | None:
         """The rollout of the generation batch being scored (None outside `_generate_and_score_completions`)."""
         return self._current_rollout
+
+    def run_in_background(self, function, *args) -> Future:
+        """`function(*args)` on the trainer's one scoring worker thread; `result()` returns its value or re-raises
+        its exception. Jobs run one at a time, in order; a job of a generation batch that is not collected by the
+        end of that batch (its step failed) is cancelled or waited for there, so none outlives its batch."""
+        if self._background_executor is None:
+            self._background_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ppm-trl-scoring")
+        future = self._background_executor.submit(function, *args)
+        if self._background_futures is None:
+            self._background_futures = []
+        self._background_futures.append(future)
+        return future
 
     def log_metric(self, name: str, value: float) -> None:
         """Append `value` to metric `name` of the current mode (averaged by TRL at the next log)."""
@@ -281,6 +308,8 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
     # ------------------------------------------------------------------------- TRL hooks (each overridden once)
     _current_rollout = None
     _current_rows = None
+    _background_executor = None
+    _background_futures: list[Future] | None = None  # the jobs of the generation batch being scored
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         return self.sample_completion_ids(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
@@ -297,6 +326,8 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
         if type(self).on_rollout is not MethodTrainer.on_rollout:  # rows may have changed: TRL's stats describe them
             self._relog_completion_statistics(rollout)
         self._current_rollout = rollout
+        if self.model.training:  # evaluation scores nothing: no early judge requests either
+            self.on_final_rollout(rollout)
         return tuple(getattr(rollout, name) for name in names)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -316,6 +347,11 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
             return output
         finally:
             self._current_rows = self._current_rollout = None
+            # A job the batch did not collect (its step raised): drop it, and let none run into the next batch.
+            for future in self._background_futures or ():
+                future.cancel()
+            wait(self._background_futures or ())
+            self._background_futures = None
 
     def _save_checkpoint(self, model, trial):
         # Written before super(), which may push the checkpoint to the Hub and rotate old ones.

@@ -7,6 +7,8 @@ Two hooks of the base trainer (`base.py`, the seam with TRL):
 2. `compute_advantages` returns `papo_advantages` computed per group on the gathered batch (the base slices them to
    this process). The advantages stay 1-D, so every TRL `loss_type` and sequence-level importance sampling (GSPO)
    work unchanged.
+The judge is not started early (`on_final_rollout`, as PPM does): which responses it grades depends on the outcome
+rewards, and TRL computes those after its log-prob passes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """PPMGRPOTrainer: GRPO with Progressive Point Matching segment rewards and per-token advantages.
 
-Two hooks of the base trainer (`base.py`, the seam with TRL):
-1. `on_scores` (after TRL's outcome rewards) decodes each completion's K prefixes, asks the progress scorer for
-   m_1..m_K and gathers the (B, K) progress of the whole generation batch;
-2. `compute_advantages` returns `ppm_segment_advantages` per group on the gathered batch with each token's segment:
+Three hooks of the base trainer (`base.py`, the seam with TRL):
+1. `on_final_rollout` (the rows are final; TRL's log-prob passes come next) starts the progress scoring of the
+   batch — decoding each completion's K prefixes and asking the scorer (the judge) for m_1..m_K — on the base's
+   background worker (`overlap_scoring`, on by default), so that the judge's latency runs under those passes;
+2. `on_scores` (after TRL's outcome rewards) collects that (B_local, K) progress — or, with `overlap_scoring`
+   off, scores it right there, as before — and gathers the (B, K) progress of the whole generation batch.
+   Either way the same texts go to the same scorer once, and its errors are raised here;
+3. `compute_advantages` returns `ppm_segment_advantages` per group on the gathered batch with each token's segment:
    the base slices them to this process and expands them to (B, T) per-token advantages.
 Everything group-based happens before TRL shuffles and splits the batch; TRL's loss consumes (B, T) as is.
 """
@@ -32,7 +36,9 @@ class PPMGRPOTrainer(MethodTrainer):
 
     Args:
         progress_scorer: a callable `(rows, texts) -> (N, K) progress` (see `ppm_trl.scorers.ProgressScorer`);
-            default: built from `args.progress_scorer` (`programmatic` env matchers or the LiteLLM `judge`).
+            default: built from `args.progress_scorer` (`programmatic` env matchers or the LiteLLM `judge`). With
+            `args.overlap_scoring` (default) it is called on the base's worker thread, while TRL computes log-probs;
+            a scorer that must run on the training thread (e.g. one that uses the policy's GPU) needs it off.
         Everything else is `GRPOTrainer`'s. The train dataset needs `reasoning_points` (and `reasoning_graph`).
     """
 
@@ -62,6 +68,7 @@ class PPMGRPOTrainer(MethodTrainer):
         _check_graphs(train_dataset)
         self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
         self._ppm_progress = None  # gathered (B, K) progress of the current generation batch (set by on_scores)
+        self._ppm_pending = None  # (completion ids, prefix lengths, Future) of the scoring started early
         self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas
         check_reward_columns(train_dataset, reward_funcs, "PPM")
         model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
@@ -69,11 +76,28 @@ class PPMGRPOTrainer(MethodTrainer):
         install_judge_stats(self, self.progress_scorer)
 
     # ------------------------------------------------------------------------------------------ base hooks
+    def on_final_rollout(self, rollout):
+        super().on_final_rollout(rollout)
+        self._ppm_pending = None
+        # A rollout_func's extra fields join the rows only just before TRL's rewards: score those rows then.
+        if not self.args.overlap_scoring or rollout.extra_fields:
+            return
+        prefix_lengths = self._prefix_lengths(rollout.completion_ids, rollout.tool_mask)
+        future = self.run_in_background(self._score_progress, rollout.rows, rollout.completion_ids, prefix_lengths)
+        self._ppm_pending = (rollout.completion_ids, prefix_lengths, future)
+
     def on_scores(self, rows, completions, completion_ids, rewards_per_func):
         super().on_scores(rows, completions, completion_ids, rewards_per_func)
-        rollout = self.current_rollout  # turn segmentation needs the tool mask
-        prefix_lengths = self._prefix_lengths(completion_ids, rollout.tool_mask if rollout is not None else None)
-        progress = self._score_progress(rows, completion_ids, prefix_lengths)
+        pending, self._ppm_pending = self._ppm_pending, None
+        if pending is not None:
+            scored_ids, prefix_lengths, future = pending
+            if [list(ids) for ids in scored_ids] != [list(ids) for ids in completion_ids]:
+                raise RuntimeError("PPM: the completions scored early are not the ones TRL rewards (a bug)")
+            progress = future.result()  # the scorer's own exception, if it raised
+        else:
+            rollout = self.current_rollout  # turn segmentation needs the tool mask
+            prefix_lengths = self._prefix_lengths(completion_ids, rollout.tool_mask if rollout is not None else None)
+            progress = self._score_progress(rows, completion_ids, prefix_lengths)
         valid = torch.diff(prefix_lengths, dim=1, prepend=torch.zeros_like(prefix_lengths[:, :1])) > 0
         device = self.accelerator.device
         self._ppm_progress = self.accelerator.gather(progress.to(device))
@@ -112,7 +136,8 @@ class PPMGRPOTrainer(MethodTrainer):
         return turn_prefix_lengths(tool_mask, completion_mask, args.num_segments)
 
     def _score_progress(self, inputs, completion_ids_list, prefix_lengths) -> torch.Tensor:
-        """(B_local, K) progress from the scorer; a scorer failure marks the row unscorable (NaN), never 0."""
+        """(B_local, K) progress from the scorer; a scorer failure marks the row unscorable (NaN), never 0. Runs on
+        the background worker when `overlap_scoring` (it reads only its arguments and the tokenizer)."""
         process_reward = self.args.progress_mode == "process_reward"
         texts = []
         for ids, ends in zip(completion_ids_list, prefix_lengths.tolist()):
