@@ -207,7 +207,8 @@ def main():
     def ppm():
         return {"ppm": run(PPMGRPOTrainer, PPMConfig, args.steps, dataset, replay=replay, pieces=ppm_pieces,
                            scorer_attr="progress_scorer", filter_zero_advantage_groups=False,
-                           learning_rate=COMMON["learning_rate"], epsilon_high=None)}
+                           learning_rate=COMMON["learning_rate"], epsilon_high=None,
+                           overlap_scoring=False)}  # the pieces are timed on the training thread (judge_overlap.py: overlap)
 
     def papo():
         return {"papo": run(PAPOTrainer, PAPOConfig, args.steps, dataset, replay=replay, pieces=papo_pieces,
