@@ -144,6 +144,7 @@ def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str,
     """
     import torch
     from tqdm.auto import tqdm
+    from transformers import PrinterCallback
 
     from ..envs import make_dataset
 
@@ -158,6 +159,7 @@ def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str,
     callback, record = _eval_callback(tokenizer, eval_dataset, budget, spec, history, train_logs, bar)
     record(model, 0)
     trainer = build_trainer(spec, model, tokenizer, train_dataset, output_dir, budget)
+    trainer.remove_callback(PrinterCallback)  # the logs go into the result (train_logs), not onto the terminal
     trainer.add_callback(callback)
     start = time.time()
     trainer.train()
