@@ -10,12 +10,14 @@ from `ppm_trl.demo`, i.e. the real `GRPOTrainer` / `PPMGRPOTrainer`):
    variant keeps its best (final all-correct, ties broken by per-sub-problem accuracy). An unfair learning rate can
    fake a gap.
 3. Run every horizon × variant × seed at the variant's best learning rate, same sample budget.
-4. Optionally (`--extra-variants papo arg`) run PAPO / ARG at the largest horizon, same budget.
+4. Optionally (`--extra-variants papo arg`) run PAPO / ARG at the largest horizon, same budget; or name them (and
+   the composed `ppm+arg`, `papo+arg`) in `--variants` to tune them like the others.
 
 Reported: final all-correct and per-sub-problem accuracy (mean ± sample std over seeds), the samples each needs
 to reach `--target` all-correct (median over the seeds that reach it, and how many do), the fraction of rows the
-zero-advantage filter removed (PPM variants) and of groups whose outcome rewards were all equal (every variant), a
-markdown table and a plot. Runs are cached as JSON under `--output-dir/runs/`, so an interrupted invocation resumes where it stopped.
+zero-advantage filter removed (PPM variants) and of groups whose outcome rewards were all equal (every variant),
+each line's accuracy at the start and the end, markdown tables and a plot. Runs are cached as JSON under
+`--output-dir/runs/`, so an interrupted invocation resumes where it stopped.
 
     python benchmarks/horizon_scaling.py                    # ~1 h on 2 CPU cores
     python benchmarks/horizon_scaling.py --quick            # CI smoke (seconds)
