@@ -66,6 +66,7 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/judge_overlap.py --json benchmarks/results/judge_overlap.json
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/snr.py
 	@echo "Learning curves (about 70 min of one core; see BENCHMARKS.md): python benchmarks/horizon_scaling.py --env multi_add --horizons 5 7 8 --lrs 3e-5 1e-4 3e-4 --steps 80 --eval-every 20 --extra-variants papo arg (and --env chain_add --horizons 3 6 8 --seeds 0 1 2 3 4 for the sequential task)"
+	@echo "Composed trainers at n = 8 (about 95 min of one core): python benchmarks/horizon_scaling.py --warm-start-steps 1250 --env multi_add --horizons 5 7 8 --lrs 3e-5 1e-4 3e-4 --steps 80 --eval-every 20 --tune-at impossible --only impossible --variants sparse trajectory segment papo arg ppm+arg papo+arg"
 
 # Smoke of every benchmark script (CI runs the same through tests/test_benchmarks_smoke.py); timings meaningless.
 bench-quick: install
