@@ -75,7 +75,8 @@ def test_horizon_scaling_composed_variants_quick(tmp_path):
         assert len(per_step) == 2  # --quick: 2 steps, logged every step
         assert all(log["arg/all_failure_groups"] >= 0 for log in per_step)
         assert ("ppm/frac_rows_filtered" in per_step[0]) == (variant == "ppm+arg")
-    rows = [line for line in stdout.splitlines() if line.startswith("| 3 (impossible)")]
+    rows = [line for line in stdout.splitlines()  # the main table's rows (the per-line table has 4 columns)
+            if line.startswith("| 3 (impossible)") and len(line.split(" | ")) == 9]
     assert [row.split(" | ")[2] for row in rows] == ["PPM segment-level + ARG", "PAPO + ARG"]
     assert rows[0].split(" | ")[-2] != "–" and rows[1].split(" | ")[-2] == "–"  # frac_rows_filtered: PPM only
 
