@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import re
@@ -124,6 +125,9 @@ def problem_of(value: Any, column: str, index: int) -> str:
         if isinstance(content, str) and content.strip():
             return content
     raise ValueError(f"row {index}: column {column!r} must be non-empty text or a list of chat messages, got {value!r:.200}")
+
+
+SIGNAL_POLL_SECONDS = 0.2  # how often the main thread wakes to notice Ctrl-C while the judge loop works
 
 
 class PrepareInterrupted(KeyboardInterrupt):
@@ -254,7 +258,13 @@ def _run_interruptibly(judge: LiteLLMJudge, factory, finished: list[int], total:
     loop, _ = judge_loop.judge_loop()
     future = asyncio.run_coroutine_threadsafe(factory(), loop)
     try:
-        return future.result()
+        # Short waits, not one: a SIGINT that the kernel delivers to another thread (the judge loop's) only sets
+        # a flag, and the main thread runs Python's handler when it next wakes — with `result()` alone, at the end.
+        while True:
+            try:
+                return future.result(timeout=SIGNAL_POLL_SECONDS)
+            except concurrent.futures.TimeoutError:
+                continue
     except KeyboardInterrupt:
         future.cancel()
         try:

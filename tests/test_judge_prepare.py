@@ -278,3 +278,30 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     assert 2 <= finished < 20
     assert stderr.strip().splitlines() == [
         f"ppm-trl prepare: interrupted after {finished}/20 rows; rerun the same command to resume"]
+
+
+def test_ctrl_c_delivered_to_the_judge_loop_thread_still_interrupts_at_once():
+    """The kernel may hand SIGINT to any thread; Python runs the handler in the main thread only when it wakes.
+    A main thread blocked in one `future.result()` slept through it until every row was done (a flaky exit 0)."""
+    import asyncio
+    import threading
+
+    from ppm_trl.judge import loop as judge_loop
+    from ppm_trl.prepare import PrepareInterrupted, _run_interruptibly
+
+    loop, thread = judge_loop.judge_loop()
+    state = {"started": threading.Event(), "finished": False}
+
+    async def work():
+        state["started"].set()
+        await asyncio.sleep(20)
+        state["finished"] = True
+
+    def interrupt_from_the_loop_thread():
+        state["started"].wait(10)
+        signal.pthread_kill(thread.ident, signal.SIGINT)
+
+    threading.Thread(target=interrupt_from_the_loop_thread, daemon=True).start()
+    with pytest.raises(PrepareInterrupted, match="interrupted after 2/20 rows"):
+        _run_interruptibly(None, work, [2], 20)
+    assert not state["finished"]  # cancelled, not waited for
