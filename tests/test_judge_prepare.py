@@ -252,6 +252,13 @@ def test_prepare_probes_the_judge_before_any_work(tmp_path, monkeypatch, transpo
         assert server.requests == 1 + 2 * len(GSM8K)
 
 
+def _as_from_a_shell() -> None:
+    """A child sees Ctrl-C as a shell's child does: SIGINT unblocked, default action (Python installs its handler).
+    A child inherits a blocked or ignored SIGINT from the forking thread; earlier tests' libraries can leave one."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
     data = write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": f"Q{i}?", "answer": f"Step {i}.\n#### {i}"}
                                                   for i in range(20)])
@@ -263,7 +270,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
             [sys.executable, "-m", "ppm_trl.prepare", "--dataset", data, "--problem-column", "question",
              "--reference-column", "answer", "--judge-model", "openai/scripted-judge", "--api-base", server.api_base,
              "--out", str(out), "--max-concurrency", "1", "--no-progress"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_shell)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:  # wait until some rows are finished
             progress = out / PROGRESS_FILE
@@ -301,7 +308,11 @@ def test_ctrl_c_delivered_to_the_judge_loop_thread_still_interrupts_at_once():
         state["started"].wait(10)
         signal.pthread_kill(thread.ident, signal.SIGINT)
 
-    threading.Thread(target=interrupt_from_the_loop_thread, daemon=True).start()
-    with pytest.raises(PrepareInterrupted, match="interrupted after 2/20 rows"):
-        _run_interruptibly(None, work, [2], 20)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest may run with SIGINT ignored
+    try:
+        threading.Thread(target=interrupt_from_the_loop_thread, daemon=True).start()
+        with pytest.raises(PrepareInterrupted, match="interrupted after 2/20 rows"):
+            _run_interruptibly(None, work, [2], 20)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not state["finished"]  # cancelled, not waited for
