@@ -3,9 +3,9 @@
 Protocol (every run starts from the same cached SFT warm start, `ppm_trl.demo.warmstart`, and uses `train_variant`
 from `ppm_trl.demo`, i.e. the real `GRPOTrainer` / `PPMGRPOTrainer`):
 
-1. Measure the warm start's sampled all-correct rate per horizon and pick three: `easy` (the largest n with
-   base ≥ 20%), `cliff` (the smallest n with base ≤ 3%) and `impossible` (the smallest n with base 0 beyond the
-   cliff); or pass `--horizons`.
+1. Profile the warm start per horizon and pick three: `easy` and `cliff` by the rule of `ppm_trl.demo.horizons`
+   (the cliff: base all-correct low but non-zero, every line learnable, monotone) and `impossible` (the smallest n
+   with base 0 beyond the cliff); or pass `--horizons`.
 2. Tune: at the cliff (or `--tune-at impossible`), seed 0, every variant at every learning rate of `--lrs`; each
    variant keeps its best (final all-correct, ties broken by per-sub-problem accuracy). An unfair learning rate can
    fake a gap.
@@ -35,22 +35,20 @@ from dataclasses import asdict
 
 from common import RESULTS, cached_run, markdown_table, mean_spread, samples_to_target
 
-from ppm_trl.demo import VARIANT_LABELS, RunSpec, find_cliff, train_variant
-from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
+from ppm_trl.demo import VARIANT_LABELS, RunSpec, choose_horizons as cliff_rule, profile_warm_start, train_variant
+from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start
 from ppm_trl.envs import make_dataset
 
 ENVS = ("multi_add", "chain_add")  # independent and sequential reasoning graphs (PPM §5.1, App. A)
 
 
 def choose_horizons(model_path: str, env: str, candidates: list[int], eval_size: int) -> tuple[dict[str, int], dict]:
-    """{easy, cliff, impossible} horizons from the warm start's base rates (every candidate evaluated)."""
-    rates = {}
-    for n in candidates:
-        _, measured = find_cliff(model_path, env, [n], eval_size, threshold=-1.0)
-        rates[n] = measured[n]
-    easy = max((n for n in candidates if rates[n]["all_correct"] >= 0.2), default=min(candidates))
-    cliff = min((n for n in candidates if 0 < rates[n]["all_correct"] <= 0.03 and n > easy),
-                default=min((n for n in candidates if rates[n]["all_correct"] <= 0.03), default=max(candidates)))
+    """{easy, cliff, impossible} horizons from the warm start's profile (`ppm_trl.demo.horizons`' rule for the
+    cliff and the easy horizon; impossible: the smallest n beyond the cliff with base 0)."""
+    rates = profile_warm_start(model_path, env, candidates, eval_size)
+    chosen, _ = cliff_rule(rates)
+    cliff = chosen["cliff"] or max(candidates)
+    easy = chosen["easy"] or min(candidates)
     impossible = min((n for n in candidates if rates[n]["all_correct"] == 0 and n > cliff), default=max(candidates))
     return {"easy": easy, "cliff": cliff, "impossible": impossible}, rates
 
@@ -197,8 +195,7 @@ def parse_args(argv=None):
     parser.add_argument("--output-dir", default=None, help="Default benchmarks/results/horizon_scaling/<env>.")
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
     parser.add_argument("--warm-start-steps", type=int, default=None,
-                        help="Train the warm start exactly this many SFT steps (no accuracy probe). The probe's "
-                        "stopping step depends on how it samples; a fixed step count pins the checkpoint.")
+                        help="Train the warm start this many SFT steps (default: the recipe's fixed count).")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--best-lrs", nargs="+", default=None, metavar="VARIANT=LR",
                         help="Skip the tuning and use these learning rates (e.g. the ones tuned on multi_add).")
@@ -220,10 +217,10 @@ def main(argv=None) -> dict:
     args.output_dir = args.output_dir or os.path.join(RESULTS, "horizon_scaling", args.env)
     settings = WarmStartSettings.for_env(args.env)
     if args.warm_start_steps is not None:
-        settings = WarmStartSettings.for_env(args.env, max_steps=args.warm_start_steps, target_per_subproblem=None)
+        settings = WarmStartSettings.for_env(args.env, max_steps=args.warm_start_steps)
     if args.quick:
         settings = WarmStartSettings(env=args.env, horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8, hidden_size=32,
-                                     num_hidden_layers=1, target_per_subproblem=None)
+                                     num_hidden_layers=1)
         args.horizons, args.seeds, args.lrs, args.steps, args.eval_every, args.eval_size = [1, 2, 3], [0], [1e-4], 2, 1, 8
         args.output_dir = args.output_dir + "_quick"
     started = time.time()
@@ -231,9 +228,7 @@ def main(argv=None) -> dict:
     check_warm_start(args.output_dir, model_path)
     if args.horizons:
         horizons = dict(zip(("easy", "cliff", "impossible"), args.horizons))
-        rates = {}
-        for n in args.horizons:
-            rates.update(find_cliff(model_path, args.env, [n], args.eval_size, threshold=-1.0)[1])
+        rates = profile_warm_start(model_path, args.env, args.horizons, args.eval_size)
     else:
         horizons, rates = choose_horizons(model_path, args.env, args.candidates, args.eval_size)
     print(f"horizons {horizons}", flush=True)
@@ -276,6 +271,7 @@ def main(argv=None) -> dict:
     plot(args, horizons, runs, plot_path)
     report.update({"horizons": horizons, "base_rates": {str(k): v for k, v in rates.items()}, "best_lr": best_lr,
                    "settings": vars(args), "warm_start": model_path, "plot": plot_path,
+                   "warm_start_fingerprint": read_manifest(model_path)["weights_digest"],
                    "wall_seconds": time.time() - started})
     with open(os.path.join(args.output_dir, "summary.json"), "w") as handle:
         json.dump(report, handle, indent=2, default=str)

@@ -14,8 +14,8 @@ import json
 import common  # noqa: F401  (puts the checkout on sys.path)
 from horizon_scaling import ENVS
 
-from ppm_trl.demo import find_cliff
-from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
+from ppm_trl.demo import choose_horizons, format_profile, profile_warm_start
+from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start
 
 
 def main(argv=None) -> list[dict]:
@@ -27,18 +27,21 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--json", default=None, help="Also write the results to this file.")
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
     parser.add_argument("--warm-start-steps", type=int, default=None,
-                        help="The warm start trained exactly this many SFT steps (horizon_scaling.py's flag).")
+                        help="The warm start trained this many SFT steps (default: the recipe's count).")
     parser.add_argument("--quick", action="store_true", help="CI smoke: an untrained tiny warm start, 4 prompts.")
     args = parser.parse_args(argv)
     settings = WarmStartSettings.for_env(args.env)
     if args.warm_start_steps is not None:
-        settings = WarmStartSettings.for_env(args.env, max_steps=args.warm_start_steps, target_per_subproblem=None)
+        settings = WarmStartSettings.for_env(args.env, max_steps=args.warm_start_steps)
     if args.quick:
         settings = WarmStartSettings(env=args.env, horizons=(1,), num_examples=8, max_steps=1, batch_size=4,
-                                     hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
+                                     hidden_size=32, num_hidden_layers=1)
         args.horizons, args.lines_at, args.size = [1, 2], [2], 4
     model_path = warm_start(settings, cache_root=args.cache_dir, progress=False)
-    _, rates = find_cliff(model_path, args.env, args.horizons, args.size, threshold=-1.0)  # the demo's base sample
+    rates = profile_warm_start(model_path, args.env, args.horizons, args.size)  # the demo's profile
+    chosen, reasons = choose_horizons(rates)
+    fingerprint = read_manifest(model_path)["weights_digest"]
+    print(f"warm start {fingerprint} ({model_path})\n{format_profile(rates, reasons)}\n→ {chosen}")
     results = [{"n": n, "all_correct": rates[n]["all_correct"], "per_subproblem": rates[n]["per_subproblem"],
                 "lines": rates[n]["per_point"]} for n in args.horizons]
     print(f"| n | {' | '.join(str(r['n']) for r in results)} |\n|---|{'---|' * len(results)}")
@@ -47,7 +50,8 @@ def main(argv=None) -> list[dict]:
     for r in results:
         if r["n"] in args.lines_at:
             print(f"n = {r['n']}, line by line: {' '.join(f'{a:.2f}' for a in r['lines'])}")
-    report = json.dumps({"warm_start": model_path, "env": args.env, "results": results})
+    report = json.dumps({"warm_start": model_path, "warm_start_fingerprint": fingerprint, "env": args.env,
+                         "chosen": chosen, "results": results})
     print(report)
     if args.json:
         with open(args.json, "w") as handle:

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .advantages import COMBINES, PROCESS_NORMS
+from .segments import compile_delimiter
 
 PROGRESS_MODES = ("ppm", "exact_order", "process_reward")
-SEGMENTATIONS = ("equal_chunks", "turns")
+SEGMENTATIONS = ("equal_chunks", "turns", "delimiter")
 GRANULARITIES = ("segment", "trajectory")
 RUBRICS = ("three_tier", "five_tier")
 ARG_MODES = ("arg", "reference_insertion", "resampling")
@@ -112,8 +113,15 @@ class PPMConfig(GRPOConfig, JudgeArguments):
         default="equal_chunks",
         metadata={
             "help": "`equal_chunks`: K chunks of max_completion_length/K tokens (short completions have empty "
-            "trailing segments); `turns`: each assistant turn of a tool/multi-turn rollout is a segment."
+            "trailing segments); `turns`: each assistant turn of a tool/multi-turn rollout is a segment; "
+            "`delimiter`: a segment ends at each match of `segment_delimiter` (one line per step)."
         },
+    )
+    segment_delimiter: str = field(
+        default="\n",
+        metadata={"help": "With segmentation=delimiter: the regular expression that closes a segment, matched on the "
+                  "decoded completion (default a newline: one segment per line; pieces beyond num_segments join "
+                  "the last)."},
     )
     granularity: str = field(
         default="segment",
@@ -170,6 +178,8 @@ class PPMConfig(GRPOConfig, JudgeArguments):
         if self.num_segments < 1:
             raise ValueError(f"num_segments must be >= 1, got {self.num_segments}")
         _check_choice("segmentation", self.segmentation, SEGMENTATIONS)
+        if self.segmentation == "delimiter":
+            compile_delimiter(self.segment_delimiter)  # a bad regex fails here, not at the first step
         _check_choice("granularity", self.granularity, GRANULARITIES)
         _check_choice("progress_mode", self.progress_mode, PROGRESS_MODES)
         _check_choice("progress_scorer", self.progress_scorer, ("programmatic", "judge"))

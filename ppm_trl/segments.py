@@ -1,6 +1,6 @@
 """Splitting completions into the K segments c_1..c_K of Progressive Point Matching (PPM paper Alg. 1, App. B).
 
-Two segmentations, both as a (B, T) LongTensor of segment ids in 0..K-1 (-1 on padding):
+Three segmentations, each as a (B, T) LongTensor of segment ids in 0..K-1 (-1 on padding):
 
 * equal chunks of the TRAINING BUDGET (App. B, Fig. 7 middle): segment boundaries depend only on the token position,
   never on the completion's own length, so a short completion has empty trailing segments (reward 0). The chunk
@@ -13,10 +13,19 @@ Two segmentations, both as a (B, T) LongTensor of segment ids in 0..K-1 (-1 on p
   the tool-output tokens that follow a turn belong to that turn's segment: they are the environment's response to
   that turn's action, so prefix c_1..c_k is the state reached after action k (TRL masks them out of the loss).
 
+* delimiter (single-turn structure, e.g. one line per sub-problem): a segment ends at each match of a regex in
+  the decoded completion (default a newline), the delimiter included — the single-turn analogue of the paper's
+  per-turn segments (Multi-Countdown: one sub-problem per segment). Pieces beyond K merge into the last segment;
+  with fewer pieces the trailing segments are empty. A match that ends inside a token ends its segment after
+  that token.
+
 Prefix lengths (B, K) count the completion tokens of c_1..c_k, so a scorer judges `completion_ids[i, :len]`.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -133,6 +142,71 @@ def turn_segment_valid(tool_mask: torch.Tensor | None, completion_mask: torch.Te
     if tool_mask is not None:
         model = model & _as_mask(tool_mask, "tool_mask")
     return segment_token_counts(ids, num_segments, token_mask=model) > 0
+
+
+# -------------------------------------------------------------------------------------------------- delimiter
+def compile_delimiter(delimiter) -> re.Pattern:
+    """The compiled segment delimiter; a non-string, an invalid regex or one that matches "" is a ValueError."""
+    if not isinstance(delimiter, str) or not delimiter:
+        raise ValueError(f"segment_delimiter must be a non-empty regular expression, got {delimiter!r}")
+    try:
+        pattern = re.compile(delimiter)
+    except re.error as error:
+        raise ValueError(f"segment_delimiter={delimiter!r} is not a valid regular expression: {error}") from None
+    if pattern.search("") is not None:
+        raise ValueError(f"segment_delimiter={delimiter!r} matches the empty string; it must match at least one "
+                         "character (e.g. '\\n')")
+    return pattern
+
+
+def delimiter_prefix_lengths(completion_ids: Sequence[Sequence[int]], decode: Callable[[Sequence[int]], str],
+                             delimiter: str, num_segments: int) -> torch.Tensor:
+    """(B, K) completion tokens in c_1..c_k when each match of the regex `delimiter` closes a segment.
+
+    `decode(ids) -> str` is the tokenizer's decode (the same text the scorer reads). Piece j ends at the first token
+    count whose decoded prefix covers the j-th match's end; pieces beyond K merge into segment K, whose prefix is
+    always the whole completion; missing pieces leave trailing segments empty (their prefix repeats the previous).
+    """
+    _check_counts(1, num_segments)
+    pattern = compile_delimiter(delimiter)
+    prefix = torch.empty(len(completion_ids), num_segments, dtype=torch.long)
+    for row, ids in enumerate(completion_ids):
+        ids = list(ids)
+        text = decode(ids)
+        ends = [m.end() for m in pattern.finditer(text) if m.end() < len(text)][: num_segments - 1]
+        cuts, low = [], 0
+        for end in ends:
+            low = _tokens_covering(ids, decode, end, low)
+            cuts.append(low)
+        cuts += [len(ids)] * (num_segments - len(cuts))
+        prefix[row] = torch.tensor(cuts, dtype=torch.long)
+    return prefix
+
+
+def _tokens_covering(ids: list[int], decode, chars: int, low: int) -> int:
+    """The fewest tokens (>= low) whose decoded text has at least `chars` characters (binary search)."""
+    high = len(ids)
+    while low < high:
+        middle = (low + high) // 2
+        if len(decode(ids[:middle])) >= chars:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def prefix_segment_ids(prefix_lengths: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) segment ids from (B, K) prefix lengths: token t is in the first segment k with t < prefix[k].
+
+    Empty segments get no token; tokens past prefix[K-1] (none for a consistent input) join the last segment.
+    """
+    mask = _as_mask(completion_mask, "completion_mask")
+    prefix = torch.as_tensor(prefix_lengths, device=mask.device).long()
+    if prefix.dim() != 2 or prefix.shape[0] != mask.shape[0]:
+        raise ValueError(f"prefix_lengths must be (B, K) with B = {mask.shape[0]}, got {tuple(prefix.shape)}")
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    ids = (prefix.unsqueeze(1) <= positions.view(1, -1, 1)).sum(dim=2).clamp(max=prefix.shape[1] - 1)
+    return torch.where(mask, ids, torch.full_like(ids, -1))
 
 
 # -------------------------------------------------------------------------------------------------- expansion

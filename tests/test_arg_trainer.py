@@ -370,3 +370,24 @@ def test_collapsed_levels_are_counted_and_never_credited(tmp_path):
     for level in set(collapsed):
         assert f"arg/success_rate/alpha_{level:g}" not in metrics
     assert metrics["arg/success_rate/alpha_1"] == 1.0
+
+
+def test_copies_of_the_reference_are_counted_apart_from_successes(tmp_path):
+    """A correct continuation that only finishes the reference verbatim is correct but not a success (eq. 4's d_t
+    excludes copies): `correct_rate` counts it, `copy_rate` says so, `success_rate` and the rescue rate do not."""
+    trainer = _trainer(tmp_path, arg_levels=[0.5])  # one guided level: every continuation has a non-empty prefix
+
+    def completion_for(prompt_text, index):
+        if len(calls) == 1:
+            return "no idea"  # both groups fail
+        prefix = prompt_text.split(ASSISTANT)[-1]
+        return REFERENCE[len(prefix):] if index < K else "Hence \\boxed{7}"  # group 0 copies, group 1 differs
+
+    calls = script_generation(trainer, completion_for)
+    trainer.train()
+    metrics = trainer.state.log_history[0]
+    assert metrics["arg/correct_rate/alpha_0.5"] == 1.0
+    assert metrics["arg/copy_rate/alpha_0.5"] == 0.5
+    assert metrics["arg/success_rate/alpha_0.5"] == 0.5
+    assert metrics["arg/groups_with_accepted"] == 1 and metrics["arg/fallback_groups"] == 1
+    assert metrics["arg/rescue_rate"] == 0.5  # App. G.2: reference fallback is not a rescue

@@ -118,3 +118,22 @@ def test_horizon_scaling_output_dir_belongs_to_one_warm_start(tmp_path):
     hs.check_warm_start(str(tmp_path / "out"), "/cache/warmstart/aaaa/")  # same one: fine
     with pytest.raises(ValueError, match="made from warm start aaaa, this invocation uses bbbb"):
         hs.check_warm_start(str(tmp_path / "out"), "/cache/warmstart/bbbb")
+
+
+def test_evidence_quick_writes_the_summary_with_the_issue_shape(tmp_path):
+    out = tmp_path / "evidence"
+    stdout = _run("benchmarks/evidence.py", "--quick", "--workers", "2", "--output-dir", str(out), "--cache-dir",
+                  str(tmp_path / "cache"))
+    summary = json.loads((Path(str(out) + "_quick") / "summary.json").read_text())
+    assert isinstance(summary["warm_start_fingerprint"], str) and len(summary["warm_start_fingerprint"]) == 16
+    ppm = summary["ppm"]
+    assert isinstance(ppm["cliff_n"], int) and len(ppm["samples_to_target"]["segment"]) == 1
+    assert len(ppm["samples_to_target"]["grpo"]) == 1 and len(ppm["ratio_ci95"]) == 2
+    assert isinstance(ppm["ratio_median"], float)
+    assert summary["arg"]["task"] == "multi_add_any_order"
+    assert set(summary["arg"]["rescue_rate"]) == {"arg", "reference_insertion", "fixed_prefix"}
+    assert set(summary["papo"]["zero_adv_frac"]) >= {"grpo", "papo"}
+    assert "### PPM at the cliff horizon" in stdout and "rescue rate" in stdout
+    # A second invocation trains nothing: every run is cached.
+    again = _run("benchmarks/evidence.py", "--quick", "--output-dir", str(out), "--cache-dir", str(tmp_path / "cache"))
+    assert "to train" not in again

@@ -6,7 +6,6 @@ import dataclasses
 import hashlib
 import json
 import os
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,13 +13,15 @@ from ppm_trl.demo import RunSpec, main, warmstart
 from ppm_trl.envs import make_dataset
 
 
-def test_quick_demo_writes_results_plot_and_a_loadable_checkpoint(tmp_path):
+def test_quick_demo_writes_results_plot_and_a_loadable_checkpoint(tmp_path, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path / "demo"
     summary = main(["--quick", "--output-dir", str(out), "--cache-dir", str(tmp_path / "cache")])
     assert summary["n"] == 2
-    assert [run["spec"]["variant"] for run in summary["runs"]] == ["segment", "sparse"]
+    # Each trainer for each seed (default 0 and 1), two at a time in worker processes, in a fixed order.
+    assert [(run["spec"]["variant"], run["spec"]["seed"]) for run in summary["runs"]] == [
+        ("lines", 0), ("lines", 1), ("sparse", 0), ("sparse", 1)]
     for run in summary["runs"]:
         history = run["history"]
         # Step 0 (before training) plus one evaluation per step; samples = steps · 8 prompts · G = 8.
@@ -28,22 +29,53 @@ def test_quick_demo_writes_results_plot_and_a_loadable_checkpoint(tmp_path):
         assert [h["samples"] for h in history] == [0, 64, 128]
         # An all-correct answer has every sub-problem right, so the rate can never exceed per-sub-problem accuracy.
         assert all(0.0 <= h["all_correct"] <= h["per_subproblem"] + 1e-9 <= 1.0 + 1e-9 for h in history)
+    printed = capsys.readouterr().out
+    fingerprint = summary["warm_start_fingerprint"]
+    assert f"fingerprint (weights sha256): {fingerprint}" in printed and f"warm start {fingerprint}" in printed
+    assert "mean of 2: all-correct" in printed
     assert os.path.getsize(out / "success_vs_samples.png") > 1000
-    assert json.loads((out / "results.json").read_text())["n"] == 2
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["n"] == 2 and saved["warm_start_fingerprint"] == fingerprint
+    assert set(saved["profile"]) == {"1", "2"} and set(saved["horizon_reasons"]) == {"1", "2"}
     model = AutoModelForCausalLM.from_pretrained(out / "ppm_model")
     tokenizer = AutoTokenizer.from_pretrained(out / "ppm_model")
     assert model.config.hidden_size == 32 and tokenizer.eos_token == "<|im_end|>"
 
 
+def test_runs_give_the_same_numbers_in_process_and_in_workers_with_other_thread_counts(tmp_path):
+    """`train_variants` pins one thread and deterministic algorithms: a run in this process (4 threads asked) and
+    the same runs in spawned workers give identical histories, so OMP_NUM_THREADS cannot change a result."""
+    import torch
+
+    from ppm_trl.demo import RunSpec, train_variants
+
+    settings = warmstart.WarmStartSettings(horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8,
+                                           hidden_size=32, num_hidden_layers=1)
+    path = warmstart.warm_start(settings, cache_root=str(tmp_path / "cache"), progress=False)
+    eval_dataset = make_dataset("multi_add", 2, 8, seed=3)
+    specs = [RunSpec(variant=v, n=2, max_steps=2, eval_every=1, learning_rate=1e-3) for v in ("lines", "sparse")]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        alone = train_variants(path, specs, eval_dataset, str(tmp_path / "a"), workers=1)
+        assert torch.get_num_threads() == 4  # restored
+    finally:
+        torch.set_num_threads(threads)
+    parallel = train_variants(path, specs, eval_dataset, str(tmp_path / "b"), workers=2)
+    for one, other in zip(alone, parallel):
+        assert one["history"] == other["history"]
+        assert [log.get("loss") for log in one["train_logs"]] == [log.get("loss") for log in other["train_logs"]]
+
+
 def test_warm_start_is_cached_by_settings(tmp_path):
     settings = warmstart.WarmStartSettings(horizons=(1,), num_examples=8, max_steps=1, batch_size=4,
-                                           hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
+                                           hidden_size=32, num_hidden_layers=1)
     path = warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False)
     stamp = os.path.getmtime(os.path.join(path, "warmstart.json"))
     assert warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False) == path
     assert os.path.getmtime(os.path.join(path, "warmstart.json")) == stamp  # not retrained
     other = warmstart.WarmStartSettings(horizons=(1,), num_examples=8, max_steps=2, batch_size=4,
-                                        hidden_size=32, num_hidden_layers=1, target_per_subproblem=None)
+                                        hidden_size=32, num_hidden_layers=1)
     assert other.key() != settings.key()
 
 
@@ -102,41 +134,92 @@ def test_bad_settings_are_clear_errors():
         warmstart.WarmStartSettings(horizons=())
     with pytest.raises(ValueError, match="max_steps"):
         warmstart.WarmStartSettings(max_steps=0)
-    with pytest.raises(ValueError, match=r"fine_probe_from is an accuracy in \[0, 1\]"):
-        warmstart.WarmStartSettings(fine_probe_from=8)
 
 
 def test_env_recipes_apply_and_overrides_win():
     chain = warmstart.WarmStartSettings.for_env("chain_add")
-    assert chain.env == "chain_add" and chain.learning_rate == 1e-3 and chain.probe_every == 10
+    assert chain.env == "chain_add" and chain.learning_rate == 1e-3 and chain.max_steps == 1542
     assert warmstart.WarmStartSettings.for_env("chain_add", learning_rate=3e-3).learning_rate == 3e-3
     assert warmstart.WarmStartSettings.for_env("multi_add") == warmstart.WarmStartSettings()  # no recipe: defaults
     assert chain.key() != warmstart.WarmStartSettings(env="chain_add").key()
 
 
-def test_fine_probe_probes_every_step_once_close_and_stops_at_target(monkeypatch):
-    """`fine_probe_from`: coarse cadence until the probe reaches it, then every step, until the target stops SFT."""
-    settings = warmstart.WarmStartSettings(env="chain_add", probe_horizon=2, probe_size=2, probe_every=10,
-                                           target_per_subproblem=0.5, fine_probe_from=0.1)
-    accuracy = {10: 0.02, 20: 0.12, 21: 0.2, 22: 0.3, 23: 0.55}
-    monkeypatch.setattr(warmstart, "evaluate_policy",
-                        lambda model, tok, probe, budget, seed: {"all_correct": 0.0, "per_subproblem": accuracy[seed]})
-    probes: list = []
-    callback = warmstart._accuracy_probe(settings, None, probes)
-    control = SimpleNamespace(should_training_stop=False)
-    for step in range(1, 30):
-        callback.on_step_end(None, SimpleNamespace(global_step=step), control, model=None)
-        if control.should_training_stop:
-            break
-    assert [p["step"] for p in probes] == [10, 20, 21, 22, 23] and step == 23
-
-
-def test_settings_added_later_keep_old_cache_keys():
+def test_the_cache_key_is_the_recipe_and_its_version():
     settings = warmstart.WarmStartSettings()
-    legacy = {k: v for k, v in dataclasses.asdict(settings).items() if k != "fine_probe_from"}
-    digest = hashlib.sha256(json.dumps({"version": warmstart.WARMSTART_VERSION, **legacy}, sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps({"version": warmstart.WARMSTART_VERSION, **dataclasses.asdict(settings)},
+                                       sort_keys=True).encode())
     assert settings.key() == digest.hexdigest()[:16]
-    assert warmstart.WarmStartSettings(fine_probe_from=0.1).key() != settings.key()
+    assert warmstart.WarmStartSettings(max_steps=settings.max_steps + 1).key() != settings.key()
+    assert not hasattr(settings, "target_per_subproblem")  # no accuracy-dependent stop: the step count is the recipe
+
+
+_BUILD = """
+import json, sys, torch
+from ppm_trl.demo import warmstart
+settings = warmstart.WarmStartSettings(horizons=(1, 2), num_examples=96, max_steps=12, batch_size=8,
+                                       hidden_size=32, num_hidden_layers=1)
+path = warmstart.warm_start(settings, cache_root=sys.argv[1], progress=False)
+print(json.dumps({"digest": warmstart.read_manifest(path)["weights_digest"], "threads": torch.get_num_threads()}))
+"""
+
+
+def test_two_builds_in_separate_processes_with_1_and_2_threads_have_one_fingerprint(tmp_path):
+    import subprocess
+    import sys
+
+    seen = []
+    for threads in ("1", "2"):
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        done = subprocess.run([sys.executable, "-c", _BUILD, str(tmp_path / f"cache{threads}")], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert [s["threads"] for s in seen] == [1, 2]  # the processes really ran with different thread counts
+    assert seen[0]["digest"] == seen[1]["digest"] and len(seen[0]["digest"]) == 16
+
+
+def test_a_cached_checkpoint_whose_weights_changed_is_rebuilt(tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    settings = warmstart.WarmStartSettings(horizons=(1,), num_examples=16, max_steps=2, batch_size=4,
+                                           hidden_size=32, num_hidden_layers=1)
+    path = warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False)
+    digest = warmstart.read_manifest(path)["weights_digest"]
+    assert warmstart.weights_digest(path) == digest
+    weights = os.path.join(path, "model.safetensors")
+    tensors = load_file(weights)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1e-3  # a partial copy, an edit, another code version's build under one key
+    save_file(tensors, weights, metadata={"format": "pt"})
+    assert warmstart.weights_digest(path) != digest
+    assert warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False) == path
+    assert "rebuilding it" in capsys.readouterr().out
+    assert warmstart.weights_digest(path) == digest == warmstart.read_manifest(path)["weights_digest"]
+
+
+def test_a_build_that_differs_from_the_reference_machine_is_reported(tmp_path, monkeypatch):
+    settings = warmstart.WarmStartSettings(horizons=(1,), num_examples=8, max_steps=1, batch_size=4,
+                                           hidden_size=32, num_hidden_layers=1)
+    path = warmstart.warm_start(settings, cache_root=str(tmp_path), progress=False)
+    built = warmstart.read_manifest(path)["weights_digest"]
+    monkeypatch.setattr(warmstart, "REFERENCE_DIGESTS", {settings.key(): built})
+    assert warmstart.reference_check(settings, path) is None
+    monkeypatch.setattr(warmstart, "REFERENCE_DIGESTS", {settings.key(): "0123456789abcdef"})
+    message = warmstart.reference_check(settings, path)
+    assert built in message and "0123456789abcdef" in message
+
+
+def test_sft_labels_mask_the_prompt_and_keep_the_end_of_turn():
+    from ppm_trl.tiny import build_tiny_model_and_tokenizer
+
+    _, tokenizer = build_tiny_model_and_tokenizer(hidden_size=32, num_hidden_layers=1)
+    row = warmstart.sft_dataset(warmstart.WarmStartSettings(horizons=(2,), num_examples=1))[0]
+    tokens = warmstart.completion_only_tokens(tokenizer, row["prompt"], row["completion"])
+    assert len(tokens["input_ids"]) == len(tokens["labels"])
+    learned = [i for i, label in zip(tokens["input_ids"], tokens["labels"]) if label != -100]
+    assert tokenizer.decode(learned) == row["completion"][0]["content"] + tokenizer.eos_token
+    prompt_part = tokens["input_ids"][: len(tokens["input_ids"]) - len(learned)]
+    assert tokenizer.decode(prompt_part).endswith("<|im_start|>assistant\n")
 
 
 def test_demo_arguments_from_flags_and_yaml(tmp_path):

@@ -237,3 +237,57 @@ def test_batch_scale_rewards_reaches_the_estimator(tmp_path):
     tokens = outputs[0]["advantages"][:, :16]  # segment 1 = tokens 0..15 of the 64-token budget
     assert torch.allclose(tokens, expected[:, :1].expand(-1, 16), atol=1e-6)
     assert not torch.allclose(expected, ppm_segment_advantages(progress, trainer._ppm_outcome.cpu(), G, scale="group"))
+
+
+def test_line_segments_follow_the_lines_of_each_completion(tmp_path):
+    """segmentation="delimiter": each newline closes a segment, wherever it falls in the token budget, so segment k
+    is sub-problem k of this completion (the chunk boundaries of `equal_chunks` ignore the text). Hand-computed."""
+    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
+    trainer = _trainer(tmp_path, dataset, max_completion_length=128, num_segments=3, segmentation="delimiter",
+                       filter_zero_advantage_groups=False)
+    pieces = {}
+
+    def completion_for(prompt_text, index):
+        p1, p2, box = _reference_for(dataset, prompt_text).split("\n")
+        text = {
+            0: f"{p1}\n{p2}\n{box}",  # pieces p1 | p2 | box: m = [1/3, 2/3, 1], outcome 1
+            1: f"xx\n{p1}\nyy",  # m = [0, 1/3, 1/3], outcome 0
+            2: "zzz",  # one piece: segments 2-3 empty
+            3: f"{p1}\n{p2}\n",  # the trailing newline opens no piece: segment 3 empty
+        }[index % G]
+        pieces.setdefault(index, [len(tokenizer(piece + "\n", add_special_tokens=False)["input_ids"])
+                                  for piece in text.split("\n")])  # tokens of each line with its newline
+        return text
+
+    tokenizer = trainer.processing_class
+
+    script_generation(trainer, completion_for)
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    out = outputs[0]
+    adv, mask = out["advantages"], out["completion_mask"].bool()
+    # r_k: row0 [4/3, 4/3, 4/3]; row1 [0, 1/3, 0]; row2 [0, -, -]; row3 [1/3, 1/3, -] (empty segments 0).
+    # Segment means [5/12, 1/2, 1/3] → advantages:
+    expected = {0: [11 / 12, 5 / 6, 1.0], 1: [-5 / 12, -1 / 6, -1 / 3], 2: [-5 / 12], 3: [-1 / 12, -1 / 6]}
+    for row, values in expected.items():
+        lengths = pieces[row]
+        spans, start = [], 0  # token spans of the pieces (the last one's EOS follows it)
+        for k in range(len(values)):
+            spans.append((start, start + lengths[k]))
+            start += lengths[k]
+        for (start, end), value in zip(spans, values):
+            tokens = adv[row, start:end][mask[row, start:end]]
+            assert tokens.numel() > 0
+            assert torch.allclose(tokens, torch.full_like(tokens, value), atol=1e-5), (row, start, end, value)
+        rest = adv[row, start:][mask[row, start:]]  # nothing after the last piece differs from it
+        assert torch.allclose(rest, torch.full_like(rest, values[-1]), atol=1e-5)
+    assert torch.all(adv[~mask] == 0)
+
+
+def test_a_bad_delimiter_is_refused_at_config_time(tmp_path):
+    with pytest.raises(ValueError, match="segment_delimiter='\\(' is not a valid regular expression"):
+        PPMConfig(output_dir=str(tmp_path), segmentation="delimiter", segment_delimiter="(", num_generations=8,
+                  **TINY_ARGS)
+    with pytest.raises(ValueError, match="matches the empty string"):
+        PPMConfig(output_dir=str(tmp_path), segmentation="delimiter", segment_delimiter="\\n*", num_generations=8,
+                  **TINY_ARGS)

@@ -151,3 +151,68 @@ def test_every_token_of_segment_k_carries_segment_k_advantage():
         [0.375, 0.375, 0.625, 0.625, 0.625, 0.625, 0.625, 0.625],
         [-0.375, -0.375, -0.625, 0.0, 0.0, 0.0, 0.0, 0.0],
     ]
+
+
+# ------------------------------------------------------------------------------------------- delimiter segments
+def _char_codec(pieces_per_id=None):
+    """decode: token id → its string (a multi-character token when `pieces_per_id` says so)."""
+    table = pieces_per_id or {}
+
+    def decode(ids):
+        return "".join(table.get(i, chr(i)) for i in ids)
+
+    return decode
+
+
+def _ids(text):
+    return [ord(c) for c in text]
+
+
+def test_delimiter_prefixes_cut_after_each_newline_and_merge_the_rest_into_the_last_segment():
+    from ppm_trl.segments import delimiter_prefix_lengths
+
+    decode = _char_codec()
+    rows = [_ids("ab\ncd\nef"), _ids("ab\n"), _ids("x"), _ids("a\nb\nc\nd\ne"), _ids("")]
+    prefix = delimiter_prefix_lengths(rows, decode, r"\n", 3)
+    assert prefix.tolist() == [
+        [3, 6, 8],  # three pieces, one per segment
+        [3, 3, 3],  # a trailing newline ends the last piece, it opens no empty one
+        [1, 1, 1],  # no delimiter: one piece, segments 2-3 empty
+        [2, 4, 9],  # five pieces: pieces 3-5 merge into segment 3
+        [0, 0, 0],
+    ]
+
+
+def test_delimiter_cut_inside_a_multi_character_token_ends_after_that_token():
+    from ppm_trl.segments import delimiter_prefix_lengths
+
+    # token 1000 = "x\ny" (the newline sits inside it), token 1001 = "\n\n" (two boundaries in one token)
+    decode = _char_codec({1000: "x\ny", 1001: "\n\n"})
+    assert delimiter_prefix_lengths([[97, 1000, 98, 99]], decode, r"\n", 2).tolist() == [[2, 4]]
+    # "a" + "\n\n" + "b": boundaries after chars 2 and 3 are both inside token 1 → segment 2 is empty
+    assert delimiter_prefix_lengths([[97, 1001, 98]], decode, r"\n", 3).tolist() == [[2, 2, 3]]
+
+
+def test_delimiter_is_a_regex_and_bad_ones_are_clear_errors():
+    from ppm_trl.segments import compile_delimiter, delimiter_prefix_lengths
+
+    decode = _char_codec()
+    text = _ids("step 1: a. Step 2: b. Step 3: c")
+    assert delimiter_prefix_lengths([text], decode, r"\.\s+", 3).tolist() == [[11, 22, 31]]
+    for bad, message in (("(", "not a valid regular expression"), ("x*", "matches the empty string"),
+                         ("", "non-empty"), (None, "non-empty")):
+        with pytest.raises(ValueError, match=message):
+            compile_delimiter(bad)
+
+
+def test_prefix_segment_ids_follow_the_prefixes_and_skip_empty_segments():
+    from ppm_trl.segments import prefix_segment_ids
+
+    prefix = torch.tensor([[3, 5, 5, 8], [2, 2, 2, 2]])
+    mask = torch.tensor([[1] * 8, [1, 1] + [0] * 6])
+    ids = prefix_segment_ids(prefix, mask)
+    assert ids.tolist() == [[0, 0, 0, 1, 1, 3, 3, 3], [0, 0, -1, -1, -1, -1, -1, -1]]
+    # The counts per segment are the prefix differences (the (B, T) contract every segmentation shares).
+    assert segment_token_counts(ids, 4).tolist() == [[3, 2, 0, 3], [2, 0, 0, 0]]
+    with pytest.raises(ValueError, match=r"\(B, K\)"):
+        prefix_segment_ids(torch.tensor([3, 5]), mask)

@@ -10,13 +10,18 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from .warmstart import completion_budget, evaluate_policy, load_policy
+from .warmstart import completion_budget, deterministic_cpu, evaluate_policy, load_policy
 
-VARIANTS = ("sparse", "trajectory", "segment", "papo", "arg", "ppm+arg", "papo+arg")
+VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "arg", "fixed_prefix",
+            "reference_insertion", "ppm+arg", "papo+arg")
 VARIANT_LABELS = {
     "sparse": "GRPO (sparse outcome)",
     "trajectory": "PPM trajectory-level",
-    "segment": "PPM segment-level",
+    "segment": "PPM segment-level (equal chunks)",
+    "lines": "PPM segment-level (one per line)",
+    "papo_mult": "PAPO multiplicative (ablation)",
+    "fixed_prefix": "ARG fixed prefix (α = ½)",
+    "reference_insertion": "reference insertion",
     "papo": "PAPO (programmatic process score)",
     "arg": "ARG (reference guidance)",
     "ppm+arg": "PPM segment-level + ARG",
@@ -34,7 +39,8 @@ class RunSpec:
     max_steps: int = field(default=60, metadata={"help": "Optimizer steps; samples = steps·prompts·G."})
     prompts_per_step: int = field(default=8, metadata={"help": "Distinct prompts per step."})
     num_generations: int = field(default=8, metadata={"help": "G, samples per prompt."})
-    num_segments: int | None = field(default=None, metadata={"help": "PPM K; default n (one chunk per line)."})
+    num_segments: int | None = field(default=None, metadata={"help": "PPM K; default n (one segment per "
+                                                                      "sub-problem: equal chunks, or lines)."})
     eval_every: int = field(default=10, metadata={"help": "Evaluate every this many steps."})
     seed: int = field(default=0, metadata={"help": "Seed of the RL run (sampling, data order)."})
 
@@ -77,10 +83,19 @@ def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: st
                   processing_class=tokenizer)
     if spec.variant == "sparse":
         return GRPOTrainer(args=GRPOConfig(**common, scale_rewards="group"), **kwargs)
-    if spec.variant in ("trajectory", "segment"):
-        args = PPMConfig(**common, granularity=spec.variant, num_segments=spec.num_segments or spec.n,
-                         add_outcome_reward=True, scale_rewards="none", filter_zero_advantage_groups=True)
+    if spec.variant in ("trajectory", "segment", "lines"):
+        # "lines": a segment ends at each newline (line k = sub-problem k; the box joins the last line's segment).
+        segmentation = {"segmentation": "delimiter", "segment_delimiter": "\n"} if spec.variant == "lines" else {}
+        args = PPMConfig(**common, granularity="trajectory" if spec.variant == "trajectory" else "segment",
+                         num_segments=spec.num_segments or spec.n, add_outcome_reward=True, scale_rewards="none",
+                         filter_zero_advantage_groups=True, **segmentation)
         return PPMGRPOTrainer(args=args, **kwargs)
+    if spec.variant == "papo_mult":
+        from ..configs import PAPOConfig
+        from ..trainers.papo import PAPOTrainer
+
+        # PAPO §6's multiplicative ablation: outcome × process in one reward, normalised over the whole group.
+        return PAPOTrainer(args=PAPOConfig(**common, process_scorer="programmatic", combine="multiplicative"), **kwargs)
     if spec.variant in ("papo", "papo+arg"):
         from ..configs import PAPOARGConfig, PAPOConfig
         from ..trainers.composed import PAPOARGTrainer
@@ -102,7 +117,9 @@ def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: st
     from ..trainers.arg import ARGTrainer
 
     # `common` overrides ARG's paper schedule (warmup 10, weight decay 0.01): same optimiser as every other variant.
-    return ARGTrainer(args=ARGConfig(**common), **kwargs)
+    # fixed_prefix: one level α = ½, no selector (the fixed-guidance baseline); reference_insertion: §5.3's ablation.
+    mode = {"fixed_prefix": {"arg_levels": [0.5]}, "reference_insertion": {"arg_mode": "reference_insertion"}}
+    return ARGTrainer(args=ARGConfig(**common, **mode.get(spec.variant, {})), **kwargs)
 
 
 def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history: list, train_logs: list,
@@ -140,8 +157,15 @@ def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str,
     """Train `spec` from the checkpoint at `model_path`; return its success history (samples → rates).
 
     The initial evaluation (step 0) is included. With `save_dir`, the trained policy and tokenizer are saved there
-    (loadable with `from_pretrained`).
+    (loadable with `from_pretrained`). Runs on one thread with deterministic algorithms (`deterministic_cpu`), so
+    the same spec gives the same numbers whatever OMP_NUM_THREADS says.
     """
+    with deterministic_cpu():
+        return _train_variant(model_path, spec, eval_dataset, output_dir, train_size, progress, save_dir)
+
+
+def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str, train_size: int,
+                   progress: bool, save_dir: str | None) -> dict:
     import torch
     from tqdm.auto import tqdm
     from transformers import PrinterCallback
@@ -173,20 +197,34 @@ def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str,
     return result
 
 
-def find_cliff(model_path: str, env: str, horizons, eval_size: int, threshold: float = 0.03) -> tuple[int, dict]:
-    """(smallest n whose sampled all-correct rate is ≤ threshold, {n: metrics}) for the warm start."""
-    model, tokenizer = load_policy(model_path)
-    from ..envs import make_dataset
+def train_variants(model_path: str, specs: list[RunSpec], eval_dataset, output_dir: str, workers: int = 1,
+                   save_dirs: dict[int, str] | None = None, train_size: int = 2000) -> list[dict]:
+    """`train_variant` for each spec (output in `output_dir/<variant>_s<seed>`), `workers` at a time in separate
+    processes (one thread each); results in the order of `specs`. `save_dirs[i]` saves spec i's policy."""
+    import os
 
-    rates = {}
-    for n in horizons:
-        rates[n] = evaluate_policy(model, tokenizer, make_dataset(env, n, eval_size, seed=7_000 + n),
-                                   completion_budget(env, n), seed=99)
-        print(f"  warm start, n={n:>2}: all-correct {rates[n]['all_correct']:.3f}, "
-              f"per-sub-problem {rates[n]['per_subproblem']:.3f}", flush=True)
-        if rates[n]["all_correct"] <= threshold:
-            return n, rates
-    return max(horizons), rates
+    save_dirs = save_dirs or {}
+    jobs = [(model_path, spec, eval_dataset, os.path.join(output_dir, f"{spec.variant}_s{spec.seed}"), train_size,
+             workers == 1, save_dirs.get(i)) for i, spec in enumerate(specs)]
+    if workers == 1 or len(jobs) == 1:
+        return [train_variant(*job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    results: list[dict | None] = [None] * len(jobs)
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(train_variant, *job): i for i, job in enumerate(jobs)}
+        from concurrent.futures import as_completed
+
+        for future in as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            last = results[i]["history"][-1]
+            print(f"      done: {VARIANT_LABELS[specs[i].variant]}, seed {specs[i].seed}: all-correct "
+                  f"{last['all_correct']:.3f}, per-sub-problem {last['per_subproblem']:.3f} "
+                  f"({results[i]['train_seconds']:.0f}s)", flush=True)
+    return results
 
 
 def plot_histories(results: list[dict], path: str, title: str) -> None:

@@ -11,6 +11,7 @@ loadable with `AutoModelForCausalLM.from_pretrained` / `AutoTokenizer.from_pretr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -22,10 +23,8 @@ import torch
 
 from ..evaluation import sample_completions
 
-WARMSTART_VERSION = 1  # bump when the recipe changes, so old caches are not reused
-
-
-_ADDED_AFTER_V1 = ("fine_probe_from",)  # settings that enter the cache key only when set
+WARMSTART_VERSION = 2  # bump when the recipe changes, so old caches are not reused
+# v2: a fixed number of SFT steps (no accuracy probe), one thread, deterministic algorithms, a stored fingerprint.
 
 
 @dataclass
@@ -38,24 +37,12 @@ class WarmStartSettings:
                                                 "1..16 the lookup of later sub-problems was not learned in 1,500 "
                                                 "steps; 1..8 learns it in ~1,250)."})
     num_examples: int = field(default=48_000, metadata={"help": "SFT rows in total (spread over the horizons)."})
-    max_steps: int = field(default=3000, metadata={"help": "SFT optimizer steps at most (the probe usually stops "
-                                                              "it earlier)."})
+    max_steps: int = field(default=1250, metadata={
+        "help": "SFT optimizer steps, always all of them: a stop that depends on a measured accuracy turns tiny "
+                "numeric differences between machines into different checkpoints. Deliberately short, so that "
+                "per-sub-problem accuracy stays below 1 and all-correct success falls off a cliff as n grows."})
     batch_size: int = field(default=32, metadata={"help": "SFT batch size."})
     learning_rate: float = field(default=3e-3, metadata={"help": "SFT learning rate (AdamW, constant after warmup)."})
-    target_per_subproblem: float | None = field(
-        default=0.6,
-        metadata={"help": "Stop SFT once sampled per-sub-problem accuracy at `probe_horizon` reaches this (None: "
-                  "train max_steps). Keeps the warm start imperfect, so that success falls off a cliff in n."},
-    )
-    probe_horizon: int = field(default=6, metadata={"help": "Horizon of the early-stopping probe."})
-    probe_size: int = field(default=64, metadata={"help": "Prompts in the early-stopping probe."})
-    probe_every: int = field(default=50, metadata={"help": "SFT steps between probes."})
-    fine_probe_from: float | None = field(
-        default=None,
-        metadata={"help": "Probe after every step once the probe's per-sub-problem accuracy reaches this (None: "
-                  "never). For tasks learned in a sudden jump (chain_add goes from 0.03 to 0.95 in ~40 steps), "
-                  "so that the stop lands inside it."},
-    )
     hidden_size: int = field(default=128, metadata={"help": "Tiny Qwen2 width."})
     num_hidden_layers: int = field(default=2, metadata={"help": "Tiny Qwen2 depth."})
     num_attention_heads: int = field(default=4, metadata={"help": "Attention heads."})
@@ -65,10 +52,6 @@ class WarmStartSettings:
         self.horizons = tuple(int(n) for n in self.horizons)
         if not self.horizons or min(self.horizons) < 1:
             raise ValueError(f"horizons must be a non-empty list of integers >= 1, got {self.horizons}")
-        for name in ("target_per_subproblem", "fine_probe_from"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value <= 1:
-                raise ValueError(f"{name} is an accuracy in [0, 1] (or None), got {value}")
         for name in ("num_examples", "max_steps", "batch_size", "hidden_size", "num_hidden_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -79,20 +62,21 @@ class WarmStartSettings:
         return cls(env=env, **{**ENV_RECIPES.get(env, {}), **overrides})
 
     def key(self) -> str:
-        fields = {name: value for name, value in asdict(self).items()
-                  if not (name in _ADDED_AFTER_V1 and value is None)}  # so that older caches keep their key
-        payload = json.dumps({"version": WARMSTART_VERSION, **fields}, sort_keys=True)
+        payload = json.dumps({"version": WARMSTART_VERSION, **asdict(self)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 # Per-env departures from the defaults. chain_add: at lr 3e-3 its SFT collapsed to one constant answer; at 1e-3
-# it learns in a sudden jump (per-sub-problem accuracy at n = 6 goes 0.03 → 0.95 over steps ~1,520-1,565), so the
-# probe switches to every step near it and stops early in it (0.2 at n = 6, step 1,542): per-line accuracy ~0.6,
-# all-correct 0.29 / 0.07 / 0.035 / 0.012 at n = 2 / 4 / 6 / 8 — a cliff inside the trained horizons.
+# it learns in a sudden jump (per-sub-problem accuracy at n = 6 goes 0.03 → 0.95 over steps ~1,520-1,565); the
+# recipe v1 probe stopped inside it at step 1,542, now a fixed step count.
 ENV_RECIPES: dict[str, dict] = {
-    "chain_add": {"learning_rate": 1e-3, "probe_every": 10, "probe_size": 32, "target_per_subproblem": 0.2,
-                  "fine_probe_from": 0.08},
+    "chain_add": {"learning_rate": 1e-3, "max_steps": 1542},
 }
+
+# The weights digest (`weights_digest`) each recipe gave on the reference machine (2-core x86-64 VM, torch 2.13.0
+# CPU, the pins of pyproject.toml). A build elsewhere that differs is kept but reported: bit-identity across CPU
+# types is not promised, and BENCHMARKS.md shows the demo's gap on more than one warm start for that reason.
+REFERENCE_DIGESTS: dict[str, str] = {}
 
 
 def default_cache_root() -> str:
@@ -100,8 +84,48 @@ def default_cache_root() -> str:
     return os.path.join(root, "warmstart")
 
 
+@contextlib.contextmanager
+def deterministic_cpu(threads: int = 1):
+    """Pin torch to `threads` intra-op threads and deterministic algorithms for the block, then restore both.
+
+    Float sums in another order give another checkpoint (and at this model size the difference is qualitative: a
+    2-thread SFT once left two lines of n = 6 at ~0.1), so everything whose numbers are reported — the SFT, the
+    horizon profile, the RL runs of the demo and the benchmarks — runs inside this, whatever OMP_NUM_THREADS says.
+    """
+    previous_threads = torch.get_num_threads()
+    previous_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous_deterministic)
+        torch.set_num_threads(previous_threads)
+
+
+def weights_digest(path: str) -> str:
+    """sha256 (first 16 hex digits) of a saved checkpoint's tensors, by name, as float32 little-endian bytes.
+
+    The same numbers give the same digest whatever the order of the state dict or the file's metadata.
+    """
+    from safetensors.torch import load_file
+
+    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {path}")
+    state = {}
+    for name in files:
+        state.update(load_file(os.path.join(path, name)))
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        digest.update(name.encode())
+        digest.update(state[name].to(torch.float32).contiguous().numpy().astype("<f4").tobytes())
+    return digest.hexdigest()[:16]
+
+
 def sft_dataset(settings: WarmStartSettings):
-    """Prompt-completion rows (TRL's format: loss on the completion only) over the settings' horizons."""
+    """Prompt-completion rows (`prompt` chat, `completion` the reference as the assistant turn) over the settings'
+    horizons, shuffled."""
     from datasets import concatenate_datasets
 
     from ..envs import make_dataset
@@ -117,79 +141,93 @@ def sft_dataset(settings: WarmStartSettings):
                     remove_columns=["reference"])
 
 
+def completion_only_tokens(tokenizer, prompt: list[dict], completion: list[dict]) -> dict[str, list[int]]:
+    """`input_ids` of the chat-formatted prompt + completion and `labels` = -100 over the prompt: the loss of SFT
+    on prompt-completion data (TRL's `completion_only_loss`), for a plain `transformers.Trainer`."""
+    prompt_text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    full_text = tokenizer.apply_chat_template(prompt + completion, tokenize=False)
+    if not full_text.startswith(prompt_text):
+        raise ValueError("the chat template renders the prompt differently inside the conversation; cannot mask it")
+    prompt_ids = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(full_text[len(prompt_text):], add_special_tokens=False)["input_ids"]
+    return {"input_ids": prompt_ids + completion_ids, "labels": [-100] * len(prompt_ids) + completion_ids}
+
+
+def read_manifest(path: str) -> dict:
+    with open(os.path.join(path, "warmstart.json")) as handle:
+        return json.load(handle)
+
+
 def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None = None, force: bool = False,
-               progress: bool = True) -> str:
-    """Path of the SFT'd checkpoint for `settings`, training it unless cached (default: ~8 min, one thread)."""
+               progress: bool = True, verify: bool = True) -> str:
+    """Path of the SFT'd checkpoint for `settings`, training it unless cached (default: ~8 min of one core).
+
+    The checkpoint's `warmstart.json` stores the settings and the weights digest. A cached checkpoint whose
+    weights no longer match its stored digest (a partial copy, an edited file, a build of another code version
+    under the same key) is rebuilt, saying why. `verify=False` skips that check (it reads the weights once).
+    """
     settings = settings or WarmStartSettings()
     path = os.path.join(cache_root or default_cache_root(), settings.key())
     if not force and os.path.exists(os.path.join(path, "warmstart.json")):
-        return path
-    from trl import SFTConfig, SFTTrainer
+        if not verify:
+            return path
+        stored = read_manifest(path).get("weights_digest")
+        actual = weights_digest(path)
+        if stored == actual:
+            return path
+        print(f"warm start: the cached checkpoint {path} has weights digest {actual}, but its warmstart.json "
+              f"says {stored}; rebuilding it", flush=True)
+    from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     from ..tiny import build_tiny_model_and_tokenizer
 
-    model, tokenizer = build_tiny_model_and_tokenizer(
-        seed=settings.seed, hidden_size=settings.hidden_size, num_hidden_layers=settings.num_hidden_layers,
-        num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_attention_heads,
-    )
     staging = path + ".tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    args = SFTConfig(
-        output_dir=staging, max_steps=settings.max_steps, per_device_train_batch_size=settings.batch_size,
-        learning_rate=settings.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=20,
-        weight_decay=0.0,
-        seed=settings.seed, use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none",
-        save_strategy="no", logging_steps=max(settings.max_steps // 10, 1), disable_tqdm=not progress,
-        dataloader_num_workers=0, max_length=None,
-    )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=sft_dataset(settings), processing_class=tokenizer)
-    probes: list[dict] = []
-    if settings.target_per_subproblem is not None:
-        trainer.add_callback(_accuracy_probe(settings, tokenizer, probes))
-    # One thread: float sums in another order give a different checkpoint, and at this size the difference is
-    # qualitative (a 2-thread run of the same settings left lines 3 and 5 of n = 6 at ~0.1, while the 1-thread one
-    # used in BENCHMARKS.md falls off gradually), so the cache key must mean one model.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        trainer.train()
-    finally:
-        torch.set_num_threads(threads)
+    with deterministic_cpu():
+        model, tokenizer = build_tiny_model_and_tokenizer(
+            seed=settings.seed, hidden_size=settings.hidden_size, num_hidden_layers=settings.num_hidden_layers,
+            num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_attention_heads,
+        )
+        data = sft_dataset(settings)
+        data = data.map(lambda row: completion_only_tokens(tokenizer, row["prompt"], row["completion"]),
+                        remove_columns=data.column_names)
+        # A plain Trainer with the model's own loss: TRL's SFTTrainer computes it through a chunked LM head whose CPU
+        # fallback loops in Python (~5x slower per step here); the loss is the same completion-only NLL.
+        args = TrainingArguments(
+            output_dir=staging, max_steps=settings.max_steps, per_device_train_batch_size=settings.batch_size,
+            learning_rate=settings.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=20,
+            weight_decay=0.0, seed=settings.seed, data_seed=settings.seed, use_cpu=True, bf16=False,
+            report_to="none", save_strategy="no", logging_steps=max(settings.max_steps // 10, 1),
+            disable_tqdm=not progress, dataloader_num_workers=0,
+        )
+        padding_side, tokenizer.padding_side = tokenizer.padding_side, "right"  # positions start at 0 in training
+        collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)
+        trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
+        try:
+            trainer.train()
+        finally:
+            tokenizer.padding_side = padding_side
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
+    digest = weights_digest(staging)
     with open(os.path.join(staging, "warmstart.json"), "w") as handle:
-        json.dump({"version": WARMSTART_VERSION, **asdict(settings), "steps_trained": trainer.state.global_step,
-                   "probes": probes}, handle, indent=2)
+        json.dump({"version": WARMSTART_VERSION, **asdict(settings), "key": settings.key(),
+                   "steps_trained": trainer.state.global_step, "weights_digest": digest,
+                   "torch": torch.__version__}, handle, indent=2)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(staging, path)
     return path
 
 
-def _accuracy_probe(settings: WarmStartSettings, tokenizer, probes: list):
-    """A callback that stops SFT once sampled per-sub-problem accuracy at `probe_horizon` reaches the target."""
-    from transformers import TrainerCallback
-
-    from ..envs import make_dataset
-
-    probe = make_dataset(settings.env, settings.probe_horizon, settings.probe_size, seed=77_777)
-    budget = completion_budget(settings.env, settings.probe_horizon)
-
-    class AccuracyProbe(TrainerCallback):
-        fine = False  # probing after every step (the accuracy has reached `fine_probe_from`)
-
-        def on_step_end(self, args, state, control, model=None, **kwargs):
-            if state.global_step % settings.probe_every and not self.fine:
-                return
-            metrics = evaluate_policy(model, tokenizer, probe, budget, seed=state.global_step)
-            probes.append({"step": state.global_step, **metrics})
-            print(f"  SFT step {state.global_step}: n={settings.probe_horizon} per-sub-problem "
-                  f"{metrics['per_subproblem']:.3f}, all-correct {metrics['all_correct']:.3f}", flush=True)
-            if metrics["per_subproblem"] >= settings.target_per_subproblem:
-                control.should_training_stop = True
-            if settings.fine_probe_from is not None and metrics["per_subproblem"] >= settings.fine_probe_from:
-                self.fine = True
-
-    return AccuracyProbe()
+def reference_check(settings: WarmStartSettings, path: str) -> str | None:
+    """A sentence when `path`'s weights differ from the reference machine's build of the same recipe, else None."""
+    expected = REFERENCE_DIGESTS.get(settings.key())
+    actual = read_manifest(path).get("weights_digest")
+    if expected is None or expected == actual:
+        return None
+    return (f"this machine built warm-start weights {actual}, the reference build of this recipe is {expected} "
+            f"(another CPU type or library build sums floats in another order); the numbers printed will differ "
+            f"from BENCHMARKS.md's, which shows the same comparison on several warm starts")
 
 
 def load_policy(path: str):
@@ -238,5 +276,6 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
     return metrics
 
 
-__all__ = ["ENV_RECIPES", "WarmStartSettings", "completion_budget", "default_cache_root", "evaluate_policy", "load_policy",
-           "sft_dataset", "warm_start"]
+__all__ = ["ENV_RECIPES", "REFERENCE_DIGESTS", "WarmStartSettings", "completion_budget", "default_cache_root",
+           "deterministic_cpu", "evaluate_policy", "load_policy", "read_manifest", "reference_check", "sft_dataset",
+           "warm_start", "weights_digest"]

@@ -34,6 +34,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "matrix": ("ppm_trl.envs.matrix", "MatrixEnv"),
     "chain": ("ppm_trl.envs.chain", "ChainEnv"),
     "multi_add": ("ppm_trl.envs.multi_add", "MultiAddEnv"),
+    "multi_add_any_order": ("ppm_trl.envs.multi_add_any_order", "MultiAddAnyOrderEnv"),
     "chain_add": ("ppm_trl.envs.chain_add", "ChainAddEnv"),
 }
 

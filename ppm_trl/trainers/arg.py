@@ -372,9 +372,10 @@ class ARGTrainer(MethodTrainer):
         if args.arg_mode == "resampling" and 1.0 not in levels_all:
             levels_all.append(1.0)  # resampling continues from the empty prefix only, whatever the selector's levels
         # Per failed group: [W_1..W_K | has_1..K | success_1..K | accepted_1..K | level index_1..K | credited_1..K |
-        # counters]; credited = the continuation used its level (not an α < 1 level collapsed to the empty prefix).
+        # correct_1..K | copy_1..K | counters]; credited = the continuation used its level (not an α < 1 level
+        # collapsed to the empty prefix); success = correct and not a byte copy of the reference.
         counters = ("guided", "fallback", "fallback_too_long", "degenerate_surprisal", "invalid_reference", "inserted")
-        width = 6 * k + len(counters)
+        width = 8 * k + len(counters)
         table = torch.zeros(max(num_failed, 1), width, dtype=torch.float32, device=self.accelerator.device)
         for group in groups:
             row = table[group.order]
@@ -387,10 +388,12 @@ class ARGTrainer(MethodTrainer):
                 row[3 * k + j] = float(j in group.accepted)
                 row[4 * k + j] = levels_all.index(level)
                 row[5 * k + j] = float(not group.collapsed[j])
+                row[6 * k + j] = float(group.correct[j])
+                row[7 * k + j] = float(group.copies_reference[j])
             flags = (group.status == "guided", group.fallback, group.fallback_too_long,
                      group.status == "degenerate_surprisal", group.status == "invalid_reference",
                      len(group.accepted) + int(group.fallback))
-            row[6 * k :] = torch.tensor(flags, dtype=torch.float32)
+            row[8 * k :] = torch.tensor(flags, dtype=torch.float32)
         table = self.accelerator.reduce(table, reduction="sum").cpu()[:num_failed]  # one collective per step
 
         has = table[:, k : 2 * k] > 0
@@ -400,12 +403,15 @@ class ARGTrainer(MethodTrainer):
         if args.arg_mode == "arg" and feedback:  # eq. 12 then eq. 18, b fixed during the batch
             self.prefix_selector.update(levels, feedback)
 
-        totals = dict(zip(counters, table[:, 6 * k :].sum(dim=0).tolist()))
+        totals = dict(zip(counters, table[:, 8 * k :].sum(dim=0).tolist()))
         accepted_groups = int(((table[:, 3 * k : 4 * k] * table[:, k : 2 * k]).sum(dim=1) > 0).sum())
         self.log_metric("arg/all_failure_groups", num_failed)
         self.log_metric("arg/unscorable_groups", num_unscorable)
         self.log_metric("arg/guided_groups", totals["guided"])
         self.log_metric("arg/groups_with_accepted", accepted_groups)
+        # App. G.2's rescue rate: all-failure groups that accept a candidate trajectory (reference fallback excluded).
+        if num_failed:  # a step without all-failure groups has no rate (not 0)
+            self.log_metric("arg/rescue_rate", accepted_groups / num_failed)
         self.log_metric("arg/fallback_groups", totals["fallback"])
         self.log_metric("arg/fallback_too_long", totals["fallback_too_long"])
         self.log_metric("arg/degenerate_surprisal_groups", totals["degenerate_surprisal"])
@@ -415,11 +421,16 @@ class ARGTrainer(MethodTrainer):
         self.log_metric("arg/collapsed_levels", int((has & ~credited).sum()))
         success = table[:, 2 * k : 3 * k][credited].tolist()
         accepted = table[:, 3 * k : 4 * k][credited].tolist()
+        correct = table[:, 6 * k : 7 * k][credited].tolist()
+        copies = table[:, 7 * k : 8 * k][credited].tolist()
         mean_feedback = mean_feedback_per_level(levels, feedback, levels_all)
         for level in levels_all:
             picked = [i for i, value in enumerate(levels) if value == level]
             name = f"alpha_{level:g}"
             if picked:  # a level without (credited) continuations this step has no rate (not 0)
+                # correct_rate counts byte copies of the reference; success_rate (eq. 4's d_t) does not.
+                self.log_metric(f"arg/correct_rate/{name}", sum(correct[i] for i in picked) / len(picked))
+                self.log_metric(f"arg/copy_rate/{name}", sum(copies[i] for i in picked) / len(picked))
                 self.log_metric(f"arg/success_rate/{name}", sum(success[i] for i in picked) / len(picked))
                 self.log_metric(f"arg/acceptance_rate/{name}", sum(accepted[i] for i in picked) / len(picked))
                 self.log_metric(f"arg/mean_feedback/{name}", mean_feedback[level])

@@ -22,7 +22,9 @@ from ..advantages import get_advantage_estimator, zero_advantage_groups
 from ..configs import PPMConfig
 from ..scorers import ProgressScorer, build_progress_scorer, reasoning_graph_of
 from ..segments import (
+    delimiter_prefix_lengths,
     equal_chunk_segment_ids,
+    prefix_segment_ids,
     segment_prefix_lengths,
     turn_prefix_lengths,
     turn_segment_ids,
@@ -69,6 +71,7 @@ class PPMGRPOTrainer(MethodTrainer):
         self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
         self._ppm_progress = None  # gathered (B, K) progress of the current generation batch (set by on_scores)
         self._ppm_pending = None  # (completion ids, prefix lengths, Future) of the scoring started early
+        self._ppm_prefix_lengths = None  # (B_local, K) of the current batch (delimiter segments are cut from it)
         self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas
         check_reward_columns(train_dataset, reward_funcs, "PPM")
         model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
@@ -98,6 +101,7 @@ class PPMGRPOTrainer(MethodTrainer):
             rollout = self.current_rollout  # turn segmentation needs the tool mask
             prefix_lengths = self._prefix_lengths(completion_ids, rollout.tool_mask if rollout is not None else None)
             progress = self._score_progress(rows, completion_ids, prefix_lengths)
+        self._ppm_prefix_lengths = prefix_lengths
         valid = torch.diff(prefix_lengths, dim=1, prepend=torch.zeros_like(prefix_lengths[:, :1])) > 0
         device = self.accelerator.device
         self._ppm_progress = self.accelerator.gather(progress.to(device))
@@ -125,6 +129,9 @@ class PPMGRPOTrainer(MethodTrainer):
         lengths = torch.tensor([len(ids) for ids in completion_ids_list], dtype=torch.long)
         if args.segmentation == "equal_chunks":
             return segment_prefix_lengths(lengths, args.max_completion_length, args.num_segments)
+        if args.segmentation == "delimiter":
+            return delimiter_prefix_lengths(completion_ids_list, self._decode_for_segments, args.segment_delimiter,
+                                            args.num_segments)
         width = max(int(lengths.max()), 1) if len(lengths) else 1
         positions = torch.arange(width)
         completion_mask = positions.unsqueeze(0) < lengths.unsqueeze(1)
@@ -134,6 +141,9 @@ class PPMGRPOTrainer(MethodTrainer):
             for i, row in enumerate(rollout_tool_mask):
                 tool_mask[i, : len(row)] = torch.as_tensor(row, dtype=torch.bool)
         return turn_prefix_lengths(tool_mask, completion_mask, args.num_segments)
+
+    def _decode_for_segments(self, ids) -> str:
+        return self.processing_class.decode(ids, skip_special_tokens=True)  # the text the scorer's prefixes show
 
     def _score_progress(self, inputs, completion_ids_list, prefix_lengths) -> torch.Tensor:
         """(B_local, K) progress from the scorer; a scorer failure marks the row unscorable (NaN), never 0. Runs on
@@ -166,6 +176,8 @@ class PPMGRPOTrainer(MethodTrainer):
         args = self.args
         if args.segmentation == "equal_chunks":
             return equal_chunk_segment_ids(completion_mask, args.max_completion_length, args.num_segments)
+        if args.segmentation == "delimiter":  # this process's rows, cut where on_scores cut them
+            return prefix_segment_ids(self._ppm_prefix_lengths.to(completion_mask.device), completion_mask)
         return turn_segment_ids(tool_mask, completion_mask, args.num_segments)
 
     def _log_ppm(self, advantages: torch.Tensor, dropped: torch.Tensor) -> None:
