@@ -9,7 +9,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo lint bench bench-quick gpu-smoke clean install-vllm test-vllm
+.PHONY: install test demo lint bench bench-evidence bench-quick gpu-smoke clean install-vllm test-vllm
 
 install: $(STAMP)
 
@@ -65,8 +65,11 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/judge_throughput.py --transport both
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/judge_overlap.py --json benchmarks/results/judge_overlap.json
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/snr.py
-	@echo "Learning curves (about 70 min of one core; see BENCHMARKS.md): python benchmarks/horizon_scaling.py --env multi_add --horizons 5 7 8 --lrs 3e-5 1e-4 3e-4 --steps 80 --eval-every 20 --extra-variants papo arg (and --env chain_add --horizons 3 6 8 --seeds 0 1 2 3 4 for the sequential task)"
-	@echo "Composed trainers at n = 8 (about 95 min of one core): python benchmarks/horizon_scaling.py --warm-start-steps 1250 --env multi_add --horizons 5 7 8 --lrs 3e-5 1e-4 3e-4 --steps 80 --eval-every 20 --tune-at impossible --only impossible --variants sparse trajectory segment papo arg ppm+arg papo+arg"
+	@echo "Each paper's headline metric (PPM samples to target, PAPO zero-advantage rows, ARG rescue rate; see BENCHMARKS.md): make bench-evidence"
+
+# The learning evidence of BENCHMARKS.md: benchmarks/results/evidence/summary.json (resumes from cached runs).
+bench-evidence: install
+	$(BIN)/python benchmarks/evidence.py --workers 2
 
 # Smoke of every benchmark script (CI runs the same through tests/test_benchmarks_smoke.py); timings meaningless.
 bench-quick: install

@@ -35,7 +35,8 @@ from dataclasses import asdict
 
 from common import RESULTS, cached_run, markdown_table, mean_spread, samples_to_target
 
-from ppm_trl.demo import VARIANT_LABELS, RunSpec, choose_horizons as cliff_rule, profile_warm_start, train_variant
+from ppm_trl.demo import VARIANT_LABELS, RunSpec, profile_warm_start, train_variant
+from ppm_trl.demo import choose_horizons as cliff_rule
 from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start
 from ppm_trl.envs import make_dataset
 

@@ -38,7 +38,7 @@ import re
 import sys
 from typing import Any
 
-from ppm_trl.columns import gsm8k_answer
+from ppm_trl.columns import boxed_reference, gsm8k_answer
 from ppm_trl.judge import LiteLLMJudge, final_answer_of
 from ppm_trl.judge import loop as judge_loop
 from ppm_trl.judge.tasks import REQUEST_ERROR, JudgeFailure
@@ -362,7 +362,9 @@ def run_prepare(args: argparse.Namespace):
     written = {
         "prompt": [_conversational(rows[i][args.problem_column], problems[i]) for i in keep],
         "answer": [answers[i] for i in keep],
-        "reference": [rows[i][args.reference_column] for i in keep],
+        # The same rule as `train --reference_column` on the raw file: a GSM8K `#### 72` line becomes `\boxed{72}`
+        # (ARG needs the final-answer marker in the reference; PAPO's judge reads it as the answer).
+        "reference": [boxed_reference(rows[i][args.reference_column]) for i in keep],
     }
     for column in WRITTEN_COLUMNS:
         if column in prepared.column_names and prepared[column] == written[column]:

@@ -139,6 +139,7 @@ def test_bad_settings_are_clear_errors():
 def test_env_recipes_apply_and_overrides_win():
     chain = warmstart.WarmStartSettings.for_env("chain_add")
     assert chain.env == "chain_add" and chain.learning_rate == 1e-3 and chain.max_steps == 1542
+    assert warmstart.WarmStartSettings.for_env("multi_add_any_order").max_steps == 1000
     assert warmstart.WarmStartSettings.for_env("chain_add", learning_rate=3e-3).learning_rate == 3e-3
     assert warmstart.WarmStartSettings.for_env("multi_add") == warmstart.WarmStartSettings()  # no recipe: defaults
     assert chain.key() != warmstart.WarmStartSettings(env="chain_add").key()
@@ -236,3 +237,38 @@ def test_demo_arguments_from_flags_and_yaml(tmp_path):
     with pytest.raises(ValueError, match="no_such_key"):
         config.write_text("no_such_key: 1\n")
         parse_args(["--config", str(config)])
+
+
+def test_line_errors_make_wrong_but_self_consistent_references_at_the_asked_rate():
+    import random
+    import re
+
+    from ppm_trl.envs import get_env
+
+    rows = make_dataset("multi_add", 6, 400, seed=1)
+    rng = random.Random(0)
+    wrong = total = 0
+    for row in rows:
+        noisy = warmstart.with_line_errors(row["reference"], 0.4, rng)
+        lines = noisy.split("\n")
+        sums = {}
+        for line, clean in zip(lines[:-1], row["reference"].split("\n")[:-1]):
+            label, a, b, s = re.match(r"([a-z]):(\d+)\+(\d+)=(\d+)$", line).groups()
+            assert clean.startswith(f"{label}:{a}+{b}=")  # only the sum changes
+            assert abs(int(s) - (int(a) + int(b))) <= 1 and int(s) >= 0
+            wrong += int(s) != int(a) + int(b)
+            total += 1
+            sums[label] = int(s)
+        assert lines[-1] == "\\boxed{" + ",".join(f"{k}={v}" for k, v in sorted(sums.items())) + "}"
+        assert get_env("multi_add").verify(row, noisy) == (noisy == row["reference"])
+    assert abs(wrong / total - 0.4) < 0.03
+    assert warmstart.with_line_errors(rows[0]["reference"], 0.0, rng) == rows[0]["reference"]
+
+
+def test_line_error_rate_is_validated_and_enters_the_cache_key():
+    with pytest.raises(ValueError, match=r"probability in \[0, 1\)"):
+        warmstart.WarmStartSettings(line_error_rate=1.0)
+    with pytest.raises(ValueError, match="not 'chain_add'"):
+        warmstart.WarmStartSettings(env="chain_add", line_error_rate=0.1)
+    assert warmstart.WarmStartSettings(line_error_rate=0.1).key() != warmstart.WarmStartSettings(
+        line_error_rate=0.2).key()

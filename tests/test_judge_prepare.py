@@ -168,7 +168,14 @@ def test_gsm8k_shape_trains_as_is(tmp_path, monkeypatch, capsys):
                                           "reasoning_points", "reasoning_graph"}
     assert prepared["answer"] == ["72", "10", "2000"]
     assert prepared["prompt"][0] == [{"role": "user", "content": GSM8K[0]["question"]}]
-    assert prepared["reference"] == [row["answer"] for row in GSM8K] == prepared["original_answer"]
+    assert prepared["original_answer"] == [row["answer"] for row in GSM8K]
+    # One rule with `train --reference_column` on the raw file: the `####` line becomes a \boxed{} final answer,
+    # the marker ARG's guidance keeps in the suffix.
+    assert prepared["reference"] == [row["answer"].rsplit("####", 1)[0] + "\\boxed{" + gold + "}"
+                                     for row, gold in zip(GSM8K, ["72", "10", "2000"])]
+    from ppm_trl.columns import boxed_reference
+
+    assert prepared["reference"] == [boxed_reference(row["answer"]) for row in GSM8K]
     assert prepared[0]["reasoning_points"][-1].endswith("\\boxed{#### 72}.")
     assert not (out / FAILURES_FILE).read_text()
 

@@ -40,7 +40,7 @@ def choose_horizons(profile: dict[int, dict], rule: HorizonRule | None = None) -
             monotone_so_far = False
         weakest = min(range(len(lines)), key=lines.__getitem__) if lines else None
         if rate == 0:
-            reasons[n] = f"not a cliff: all-correct is 0 (no group ever sees a success)"
+            reasons[n] = "not a cliff: all-correct is 0 (no group ever sees a success)"
         elif rate > rule.cliff_max:
             reasons[n] = f"not a cliff: all-correct {rate:.3f} > {rule.cliff_max}"
         elif weakest is None:

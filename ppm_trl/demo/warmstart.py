@@ -16,6 +16,8 @@ import hashlib
 import json
 import math
 import os
+import random
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 
@@ -37,12 +39,21 @@ class WarmStartSettings:
                                                 "1..16 the lookup of later sub-problems was not learned in 1,500 "
                                                 "steps; 1..8 learns it in ~1,250)."})
     num_examples: int = field(default=48_000, metadata={"help": "SFT rows in total (spread over the horizons)."})
-    max_steps: int = field(default=1250, metadata={
+    max_steps: int = field(default=600, metadata={
         "help": "SFT optimizer steps, always all of them: a stop that depends on a measured accuracy turns tiny "
                 "numeric differences between machines into different checkpoints. Deliberately short, so that "
-                "per-sub-problem accuracy stays below 1 and all-correct success falls off a cliff as n grows."})
+                "per-sub-problem accuracy stays below 1 and all-correct success falls off a cliff as n grows "
+                "(multi_add at lr 1e-3: step 500 has not learned the lookups past line 1, step 600 has every line of "
+                "n = 2..8 at 0.37-0.95, step 1,000 is near-perfect)."})
     batch_size: int = field(default=32, metadata={"help": "SFT batch size."})
-    learning_rate: float = field(default=3e-3, metadata={"help": "SFT learning rate (AdamW, constant after warmup)."})
+    learning_rate: float = field(default=1e-3, metadata={
+        "help": "SFT learning rate (AdamW, constant after warmup). At 3e-3 the lookups were learned per (n, line) "
+                "pair in jumps, leaving walls (lines at 0.0-0.1) at some horizons even after 2,000 steps."})
+    line_error_rate: float = field(default=0.0, metadata={
+        "help": "Probability that a line of an SFT reference states a wrong sum (off by one; the box repeats the "
+                "sums as written). A warm start trained to convergence on such data makes each line's error at this "
+                "rate whatever its seed or machine: per-line accuracy ~1 − rate and all-correct ~(1 − rate)^n, a "
+                "smooth cliff in n that does not depend on where training stopped (multi_add envs only)."})
     hidden_size: int = field(default=128, metadata={"help": "Tiny Qwen2 width."})
     num_hidden_layers: int = field(default=2, metadata={"help": "Tiny Qwen2 depth."})
     num_attention_heads: int = field(default=4, metadata={"help": "Attention heads."})
@@ -55,6 +66,10 @@ class WarmStartSettings:
         for name in ("num_examples", "max_steps", "batch_size", "hidden_size", "num_hidden_layers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.line_error_rate < 1.0:
+            raise ValueError(f"line_error_rate is a probability in [0, 1), got {self.line_error_rate}")
+        if self.line_error_rate and self.env not in NOISY_ENVS:
+            raise ValueError(f"line_error_rate applies to {', '.join(NOISY_ENVS)} references, not {self.env!r}")
 
     @classmethod
     def for_env(cls, env: str, **overrides) -> WarmStartSettings:
@@ -66,11 +81,13 @@ class WarmStartSettings:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-# Per-env departures from the defaults. chain_add: at lr 3e-3 its SFT collapsed to one constant answer; at 1e-3
-# it learns in a sudden jump (per-sub-problem accuracy at n = 6 goes 0.03 → 0.95 over steps ~1,520-1,565); the
-# recipe v1 probe stopped inside it at step 1,542, now a fixed step count.
+# Per-env departures from the defaults. chain_add: at 1e-3 it learns in a sudden jump (per-sub-problem accuracy at
+# n = 6 goes 0.03 → 0.95 over steps ~1,520-1,565); the recipe v1 probe stopped inside it at step 1,542, now a fixed
+# step count (not re-measured with recipe v2). multi_add_any_order: which labels are still to write is harder to
+# learn than a fixed order; at 1,000 steps n = 2 is solved a quarter of the time and n = 3 4 % (ARG's testbed).
 ENV_RECIPES: dict[str, dict] = {
-    "chain_add": {"learning_rate": 1e-3, "max_steps": 1542},
+    "chain_add": {"max_steps": 1542},
+    "multi_add_any_order": {"max_steps": 1000},
 }
 
 # The weights digest (`weights_digest`) each recipe gave on the reference machine (2-core x86-64 VM, torch 2.13.0
@@ -137,8 +154,31 @@ def sft_dataset(settings: WarmStartSettings):
         for n in settings.horizons
     ]
     data = concatenate_datasets(parts).shuffle(seed=settings.seed)
+    if settings.line_error_rate:
+        rng = random.Random(settings.seed)
+        data = data.map(lambda row: {"reference": with_line_errors(row["reference"], settings.line_error_rate, rng)})
     return data.map(lambda row: {"completion": [{"role": "assistant", "content": row["reference"]}]},
                     remove_columns=["reference"])
+
+
+NOISY_ENVS = ("multi_add", "multi_add_any_order")
+_SUM_LINE = re.compile(r"^([a-z]):(\d+)\+(\d+)=(\d+)$")
+
+
+def with_line_errors(reference: str, rate: float, rng: random.Random) -> str:
+    """A multi_add reference whose lines each state a wrong sum (±1, never negative) with probability `rate`; the
+    final `\\boxed{a=..,b=..}` repeats the sums as written, so the text stays self-consistent."""
+    lines, written = reference.split("\n"), {}
+    for i, line in enumerate(lines[:-1]):
+        match = _SUM_LINE.match(line)
+        if match is None:
+            raise ValueError(f"not a multi_add reference line: {line!r}")
+        label, a, b, total = match.group(1), match.group(2), match.group(3), int(match.group(4))
+        if rng.random() < rate:
+            total = total + 1 if total == 0 or rng.random() < 0.5 else total - 1
+        lines[i], written[label] = f"{label}:{a}+{b}={total}", total
+    lines[-1] = "\\boxed{" + ",".join(f"{label}={written[label]}" for label in sorted(written)) + "}"
+    return "\n".join(lines)
 
 
 def completion_only_tokens(tokenizer, prompt: list[dict], completion: list[dict]) -> dict[str, list[int]]:
