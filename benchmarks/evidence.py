@@ -53,7 +53,7 @@ ARG_VARIANTS = ["arg", "fixed_prefix", "reference_insertion"]
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", choices=["ppm", "papo", "arg"], default=["ppm", "papo", "arg"])
-    parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3, 4, 5, 6, 7, 8])
+    parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3, 4, 5, 6])
     parser.add_argument("--profile-size", type=int, default=256)
     parser.add_argument("--lrs", type=float, nargs="+", default=[1e-4, 3e-4])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])

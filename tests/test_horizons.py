@@ -29,11 +29,11 @@ def test_the_cliff_is_the_largest_learnable_low_nonzero_horizon_and_easy_is_belo
 
 
 def test_a_wall_is_not_a_cliff_even_with_the_right_base_rate():
-    # The old demo's failure: n = 6 had all-correct 0.008 but line 5 at 0.04 — a wall no estimator climbs.
+    # The old demo's failure: n = 6 had a low all-correct rate but line 5 at 0.04 — a wall no estimator climbs.
     profile = _profile({
         4: (0.30, [0.99, 0.9, 0.8, 0.6]),
         5: (0.07, [0.99, 0.71, 0.38, 0.41, 0.30]),
-        6: (0.008, [0.99, 0.71, 0.38, 0.41, 0.04, 0.5]),
+        6: (0.03, [0.99, 0.71, 0.38, 0.41, 0.04, 0.5]),
     })
     chosen, reasons = choose_horizons(profile)
     assert chosen["cliff"] == 5
@@ -65,3 +65,19 @@ def test_rule_thresholds_are_settings():
     assert choose_horizons(profile)[0]["cliff"] is None
     assert choose_horizons(profile, HorizonRule(cliff_max=0.2))[0]["cliff"] == 5
     assert choose_horizons(profile, HorizonRule(min_line=0.1))[0]["cliff"] == 6
+
+
+def test_lucky_samples_and_sampler_noise_do_not_decide():
+    profile = _profile({
+        3: (0.30, [0.7] * 3),
+        4: (0.050, [0.6] * 4),
+        5: (0.060, [0.6] * 5),  # a rise within the tolerance: still monotone
+        6: (0.025, [0.55] * 6),
+        7: (0.008, [0.5] * 7),  # two lucky samples of 256: not a cliff
+    })
+    chosen, reasons = choose_horizons(profile)
+    assert chosen == {"cliff": 6, "easy": 3}
+    assert "< 0.02" in reasons[7] and "cliff candidate" in reasons[5]
+    strict = HorizonRule(monotone_tolerance=0.0)
+    assert choose_horizons(profile, strict)[0]["cliff"] == 4  # 5 rose above 4, so 5 and 6 no longer qualify
+    assert choose_horizons(profile, HorizonRule(cliff_min=0.005))[0]["cliff"] == 7

@@ -3,10 +3,12 @@
 A *cliff* is a horizon where sparse outcome RL is starved but not blind, and where every sub-problem can be
 learned — the regime the PPM paper is about:
 
-* base all-correct is low but non-zero (0 < rate ≤ `cliff_max`): some groups see a success;
+* base all-correct is low but non-zero (`cliff_min` ≤ rate ≤ `cliff_max`): some groups see a success, and the
+  rate is not a handful of lucky samples;
 * every line is learnable (each line's accuracy ≥ `min_line`): a line the warm start never gets right is a wall
   that no estimator climbs in a CPU budget, and a horizon behind a wall measures the wall, not the method;
-* all-correct falls monotonically with n up to it (no horizon at or below it is an outlier of the sampler).
+* all-correct falls monotonically with n up to it (no horizon at or below it is an outlier of the sampler),
+  within `monotone_tolerance` (two rates 0.020 and 0.031 from 256 prompts are the same rate).
 
 Of the horizons that qualify, the largest (the lowest non-zero base rate) is the cliff. The *easy* horizon is
 the largest n below the cliff whose all-correct rate is ≥ `easy_min`, where groups with several correct answers
@@ -21,9 +23,12 @@ from dataclasses import dataclass, field
 
 @dataclass
 class HorizonRule:
+    cliff_min: float = field(default=0.02, metadata={"help": "Lowest base all-correct rate of a cliff."})
     cliff_max: float = field(default=0.10, metadata={"help": "Highest base all-correct rate of a cliff."})
     min_line: float = field(default=0.2, metadata={"help": "Lowest per-line accuracy of a learnable horizon."})
     easy_min: float = field(default=0.25, metadata={"help": "Lowest base all-correct rate of the easy horizon."})
+    monotone_tolerance: float = field(default=0.02, metadata={
+        "help": "A rise of all-correct from one horizon to the next up to this much still counts as monotone."})
 
 
 def choose_horizons(profile: dict[int, dict], rule: HorizonRule | None = None) -> tuple[dict[str, int | None], dict]:
@@ -33,14 +38,17 @@ def choose_horizons(profile: dict[int, dict], rule: HorizonRule | None = None) -
     """
     rule = rule or HorizonRule()
     reasons: dict[int, str] = {}
-    qualifying, monotone_so_far, previous = [], True, None
+    qualifying, monotone_so_far, lowest = [], True, None
     for n in sorted(profile):
         rate, lines = profile[n]["all_correct"], list(profile[n].get("per_point") or [])
-        if previous is not None and rate > previous[1]:
+        if lowest is not None and rate > lowest + rule.monotone_tolerance:
             monotone_so_far = False
+        lowest = rate if lowest is None else min(lowest, rate)
         weakest = min(range(len(lines)), key=lines.__getitem__) if lines else None
         if rate == 0:
             reasons[n] = "not a cliff: all-correct is 0 (no group ever sees a success)"
+        elif rate < rule.cliff_min:
+            reasons[n] = f"not a cliff: all-correct {rate:.3f} < {rule.cliff_min} (a handful of lucky samples)"
         elif rate > rule.cliff_max:
             reasons[n] = f"not a cliff: all-correct {rate:.3f} > {rule.cliff_max}"
         elif weakest is None:
@@ -51,10 +59,9 @@ def choose_horizons(profile: dict[int, dict], rule: HorizonRule | None = None) -
         elif not monotone_so_far:
             reasons[n] = "not a cliff: all-correct does not fall monotonically with n up to here"
         else:
-            reasons[n] = (f"cliff candidate: all-correct {rate:.3f} in (0, {rule.cliff_max}], every line ≥ "
+            reasons[n] = (f"cliff candidate: all-correct {rate:.3f} in [{rule.cliff_min}, {rule.cliff_max}], every line ≥ "
                           f"{rule.min_line} (weakest: line {weakest + 1} at {lines[weakest]:.3f}), monotone")
             qualifying.append(n)
-        previous = (n, rate)
     cliff = max(qualifying) if qualifying else None
     if cliff is not None:
         reasons[cliff] = "CLIFF — " + reasons[cliff].removeprefix("cliff candidate: ") + "; the largest such n"
