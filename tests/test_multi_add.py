@@ -115,3 +115,24 @@ def test_horizon_beyond_the_labels_is_a_clear_error():
 def test_row_without_pairs_is_a_clear_error():
     with pytest.raises(ValueError, match="pairs"):
         env.match_points({"task": json.dumps({"other": 1})}, GOOD)
+
+
+# ------------------------------------------------------------------------------------------ any-order variant
+def test_any_order_accepts_every_order_of_the_right_lines_and_nothing_else():
+    from ppm_trl.envs import get_env
+
+    env = get_env("multi_add_any_order")
+    rows = make_dataset("multi_add_any_order", 4, 20, seed=3)
+    orders = set()
+    for row in rows:
+        lines = row["reference"].split("\n")
+        orders.add(tuple(line[0] for line in lines[:-1]))
+        assert env.verify(row, row["reference"]) and env.match_points(row, row["reference"]) == {1, 2, 3, 4, 5}
+        in_label_order = "\n".join(sorted(lines[:-1]) + [lines[-1]])
+        assert env.verify(row, in_label_order)  # another order: correct too
+        assert env.match_points(row, "\n".join(lines[:2]) + "\n") == {ord(line[0]) - ord("a") + 1 for line in lines[:2]}
+        twice = "\n".join([lines[0], lines[0]] + lines[2:])  # a label twice, one missing
+        assert not env.verify(row, twice)
+        box_reordered = lines[-1].replace("a=", "A=")
+        assert not env.verify(row, "\n".join(lines[:-1] + [box_reordered]))
+    assert len(orders) > 5  # the references themselves come in varied orders (what the warm start imitates)

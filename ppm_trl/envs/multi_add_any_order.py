@@ -29,7 +29,7 @@ class MultiAddAnyOrderEnv(MultiAddEnv):
     name = "multi_add_any_order"
 
     def generate_row(self, n: int, rng) -> dict[str, Any]:
-        row = super().generate_row(n, rng)  # draws the pairs first, so the problems equal multi_add's for one rng
+        row = super().generate_row(n, rng)  # the pairs and prompt as multi_add draws them
         pairs = [(int(a), int(b)) for a, b in _pairs(row)]
         order = list(range(n))
         rng.shuffle(order)
