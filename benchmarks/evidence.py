@@ -68,6 +68,11 @@ def parse_args(argv=None):
     parser.add_argument("--workers", type=int, default=1, help="Runs in parallel (processes, one thread each).")
     parser.add_argument("--output-dir", default=os.path.join(RESULTS, "evidence"))
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache root.")
+    parser.add_argument("--tune-seeds", type=int, default=None,
+                        help="Seeds per (variant, lr) in the tuning grid; the best lr has the best mean final "
+                        "all-correct over them (default: all --seeds: one lucky seed cannot pick the lr).")
+    parser.add_argument("--tune-only", action="store_true", help="Stop after the PPM tuning grid (a second process "
+                        "can fill the grid while the first runs the other parts).")
     parser.add_argument("--summarize-only", action="store_true", help="Train nothing; summarise the cached runs.")
     parser.add_argument("--quick", action="store_true", help="CI smoke: tiny warm starts, 2 steps, 1 seed.")
     return parser.parse_args(argv)
@@ -132,15 +137,22 @@ def spec(args, variant: str, n: int, lr: float, seed: int) -> RunSpec:
     return RunSpec(variant=variant, n=n, learning_rate=lr, max_steps=args.steps, eval_every=args.eval_every, seed=seed)
 
 
-def tune(args, model_path, env, variants, n) -> tuple[dict[str, float], dict]:
-    """Each variant's best lr of the grid at horizon n, seed 0 (final all-correct, ties → per-sub-problem)."""
-    grid = run_all(args, model_path, env, [spec(args, v, n, lr, args.seeds[0]) for v in variants for lr in args.lrs])
+def tune(args, model_path, env, variants, n, seeds=None) -> tuple[dict[str, float], dict]:
+    """Each variant's best lr of the grid at horizon n: the best mean final all-correct over `seeds` (ties → mean
+    per-sub-problem accuracy)."""
+    seeds = seeds or args.seeds[: args.tune_seeds or len(args.seeds)]
+    grid = run_all(args, model_path, env, [spec(args, v, n, lr, s) for v in variants for lr in args.lrs
+                                            for s in seeds])
     best = {}
     for variant in variants:
-        tried = [(lr, grid[(variant, n, lr, args.seeds[0])]) for lr in args.lrs if (variant, n, lr, args.seeds[0]) in grid]
-        if tried:
-            best[variant] = max(tried, key=lambda item: (final(item[1], "all_correct"),
-                                                         final(item[1], "per_subproblem")))[0]
+        scores = {}
+        for lr in args.lrs:
+            runs = [grid[(variant, n, lr, s)] for s in seeds if (variant, n, lr, s) in grid]
+            if runs:
+                scores[lr] = (statistics.fmean(final(r, "all_correct") for r in runs),
+                              statistics.fmean(final(r, "per_subproblem") for r in runs))
+        if scores:
+            best[variant] = max(scores, key=scores.__getitem__)
     return best, grid
 
 
@@ -256,11 +268,23 @@ def ppm_part(args, summary: dict, tables: list[str]) -> None:
     summary["warm_start_fingerprint"] = fingerprint
     cliff, easy = chosen["cliff"], chosen["easy"]
     best, grid = tune(args, path, "multi_add", PPM_VARIANTS, cliff)
-    rows = [[VARIANT_LABELS[v], f"{lr:g}", f"{final(r, 'all_correct'):.3f}", f"{final(r, 'per_subproblem'):.3f}",
-             "best" if best.get(v) == lr else ""] for (v, _, lr, _), r in sorted(grid.items())]
-    tables.append(f"### PPM: lr grid at the cliff (n = {cliff}, seed {args.seeds[0]})\n\n"
-                  + markdown_table(["variant", "lr", "final all-correct", "final per-sub-problem", ""], rows))
-    report = {"cliff_n": cliff, "easy_n": easy, "best_lr": best, "targets": {"cliff": args.target,
+    if args.tune_only:
+        return
+    rows = []
+    for variant in PPM_VARIANTS:
+        for lr in args.lrs:
+            runs = [r for (v, _, rate, _), r in sorted(grid.items()) if v == variant and rate == lr]
+            if runs:
+                ac = [final(r, "all_correct") for r in runs]
+                rows.append([VARIANT_LABELS[variant], f"{lr:g}", " ".join(f"{a:.3f}" for a in ac),
+                             f"{statistics.fmean(ac):.3f}",
+                             f"{statistics.fmean(final(r, 'per_subproblem') for r in runs):.3f}",
+                             "best" if best.get(variant) == lr else ""])
+    tables.append(f"### PPM: lr grid at the cliff (n = {cliff}; final all-correct per seed)\n\n"
+                  + markdown_table(["variant", "lr", "final all-correct per seed", "mean", "mean per-sub-problem",
+                                    ""], rows))
+    report = {"cliff_n": cliff, "easy_n": easy, "best_lr": best, "tune_seeds": len(args.seeds[: args.tune_seeds or
+                                                                                            len(args.seeds)]), "targets": {"cliff": args.target,
                                                                               "easy": args.easy_target}}
     for label, n, target, variants in (("cliff", cliff, args.target, PPM_VARIANTS),
                                        ("easy", easy, args.easy_target, EASY_VARIANTS)):
@@ -312,7 +336,7 @@ def papo_part(args, summary: dict, tables: list[str]) -> None:
     path, fingerprint, profile, chosen, _ = pinned_warm_start(args, "multi_add")
     require(chosen, "easy")
     n = chosen["easy"]
-    best, _ = tune(args, path, "multi_add", PAPO_VARIANTS, n)
+    best, _ = tune(args, path, "multi_add", PAPO_VARIANTS, n, seeds=args.papo_seeds[:1])
     runs = run_all(args, path, "multi_add", [spec(args, v, n, best[v], s) for v in PAPO_VARIANTS if v in best
                                               for s in args.papo_seeds])
     metric = {"sparse": "frac_reward_zero_std", "papo": "papo/zero_advantage_fraction",
