@@ -69,7 +69,7 @@ bench: install
 
 # The learning evidence of BENCHMARKS.md: benchmarks/results/evidence/summary.json (resumes from cached runs).
 bench-evidence: install
-	$(BIN)/python benchmarks/evidence.py --workers 2
+	$(BIN)/python benchmarks/evidence.py --workers 2 --arg-seeds 0
 
 # Smoke of every benchmark script (CI runs the same through tests/test_benchmarks_smoke.py); timings meaningless.
 bench-quick: install
