@@ -46,7 +46,33 @@ class JudgeArguments:
     judge_api_base: str | None = field(
         default=None, metadata={"help": "Base URL of an OpenAI-compatible server (local vLLM/SGLang)."}
     )
-    judge_max_concurrency: int = field(default=64, metadata={"help": "Concurrent judge requests."})
+    judge_max_concurrency: int = field(
+        default=64, metadata={"help": "Judge requests in flight at once, for the whole run: each of the N training "
+                              "processes takes 1/N (at least 1)."})
+    judge_max_rpm: float | None = field(
+        default=None,
+        metadata={"help": "The run's judge requests per minute at most (a hosted judge's quota), split evenly over the "
+                  "training processes; a server's Retry-After / x-ratelimit-reset pauses requests too. None: no limit."},
+    )
+    judge_max_tpm: float | None = field(
+        default=None,
+        metadata={"help": "The run's judge tokens per minute at most (prompt + answer), split like judge_max_rpm; "
+                  "tokens are estimated before a request and corrected by its usage. None: no limit."},
+    )
+    judge_burst_seconds: float = field(
+        default=1.0,
+        metadata={"help": "Seconds of the steady judge_max_rpm / judge_max_tpm rate that may go out at once."},
+    )
+    judge_max_cost_usd: float | None = field(
+        default=None,
+        metadata={"help": "Budget: when the judge has cost this much (summed over processes, LiteLLM's prices), "
+                  "training stops after the step, saving a checkpoint when saving is on. Needs a priced model."},
+    )
+    judge_max_total_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Budget in judge tokens (prompt + answer, summed over processes): training stops after the "
+                  "step that reaches it, saving a checkpoint when saving is on."},
+    )
     judge_timeout: float = field(default=60.0, metadata={"help": "Seconds before a judge request is retried."})
     judge_num_retries: int = field(default=4, metadata={"help": "Retries on 429/5xx/timeouts (exponential backoff)."})
     judge_temperature: float = field(default=0.0, metadata={"help": "Judge sampling temperature."})
@@ -94,6 +120,11 @@ class JudgeArguments:
             transport=self.judge_transport,
             api_key_env=self.judge_api_key_env,
             cache_dir=self.judge_cache_dir or os.path.join(output_dir, "judge_cache"),
+            max_rpm=self.judge_max_rpm,
+            max_tpm=self.judge_max_tpm,
+            burst_seconds=self.judge_burst_seconds,
+            max_cost_usd=self.judge_max_cost_usd,
+            max_total_tokens=self.judge_max_total_tokens,
         )
 
 

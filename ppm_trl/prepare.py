@@ -74,6 +74,12 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     judge.add_argument("--temperature", type=float, default=0.0)
     judge.add_argument("--transport", choices=sorted(TRANSPORTS), default="litellm")
     judge.add_argument("--cache-dir", default=None, help="Judge answer cache (default: <work dir>/judge_cache).")
+    judge.add_argument("--max-rpm", type=float, default=None, help="Judge requests per minute at most (a quota).")
+    judge.add_argument("--max-tpm", type=float, default=None, help="Judge tokens per minute at most (a quota).")
+    judge.add_argument("--max-cost-usd", type=float, default=None,
+                       help="Stop starting rows once the judge has cost this much (finished rows are kept).")
+    judge.add_argument("--max-total-tokens", type=int, default=None,
+                       help="Stop starting rows once the judge has used this many tokens (finished rows are kept).")
     output = parser.add_argument_group("output")
     target = output.add_mutually_exclusive_group(required=True)
     target.add_argument("--out", default=None, help="Directory for the prepared dataset (save_to_disk).")
@@ -224,31 +230,60 @@ def _failure(stage: str, result: JudgeFailure | None, what: str) -> dict[str, st
     return {"stage": stage, "kind": "unreadable", "reason": f"judge answered but {what}{detail}"}
 
 
+class PrepareBudgetSpent(PrepareFailed):
+    """The judge's budget (--max-cost-usd / --max-total-tokens) was spent; the finished rows are kept."""
+
+
+def duplicate_groups(jobs: list[tuple[int, str, Any, str]]) -> list[list[tuple[int, str, Any, str]]]:
+    """Jobs grouped by (problem, reference, answer), in first-seen order: each group is judged once."""
+    groups: dict[str, list] = {}
+    for job in jobs:
+        groups.setdefault(json.dumps(job[1:], ensure_ascii=False, default=repr), []).append(job)
+    return list(groups.values())
+
+
 async def _prepare_pending(judge: LiteLLMJudge, jobs, progress, bar, window: int, finished: list[int]):
-    """Points then graph for each pending row, appending each finished row to the progress file (and counting it
-    in `finished[0]`); returns the failure record of each row that failed."""
+    """Points then graph for each pending row (rows with the same problem, reference and answer judged once),
+    appending each finished row to the progress file (and counting it in `finished[0]`); returns the failure record
+    of each row that failed. Once the judge's budget is spent no new row starts (`PrepareBudgetSpent` after the
+    rows in flight finish)."""
     slots = asyncio.Semaphore(window)
     failures: dict[int, dict[str, str]] = {}
+    spent: list[str] = []
 
-    async def one(index: int, problem: str, reference: str, answer: str) -> None:
+    async def one(group: list[tuple[int, str, Any, str]]) -> None:
+        _, problem, reference, answer = group[0]
+        indices = [job[0] for job in group]
         async with slots:
+            if spent:
+                return
+            reason = judge.budget_exhausted()
+            if reason is not None:
+                spent.append(reason)
+                return
             points = await judge.agenerate_points(problem, reference, answer, explain=True)
             if not points:
-                failures[index] = _failure("rubric", points, "no readable <rubric> whose last point states the final "
-                                           f"answer {answer!r}")
+                failure = _failure("rubric", points, f"no readable <rubric> whose last point states the final "
+                                   f"answer {answer!r}")
             else:
                 graph = await judge.agenerate_graph(problem, points, explain=True)
-                if isinstance(graph, JudgeFailure):
-                    failures[index] = _failure("graph", graph, f"no valid <makes_obsolete_graph> over the {len(points)} "
-                                               "points")
+                failure = None if not isinstance(graph, JudgeFailure) else _failure(
+                    "graph", graph, f"no valid <makes_obsolete_graph> over the {len(points)} points")
+            for index in indices:
+                if failure is not None:
+                    failures[index] = failure
                 else:
                     record = {"index": index, "reasoning_points": points, "reasoning_graph": graph}
                     progress.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    progress.flush()
                     finished[0] += 1
-        bar.update(1)
+            progress.flush()
+        bar.update(len(indices))
 
-    await asyncio.gather(*(one(*job) for job in jobs))
+    await asyncio.gather(*(one(group) for group in duplicate_groups(jobs)))
+    if spent:
+        raise PrepareBudgetSpent(
+            f"{spent[0]}; stopped after {finished[0]} prepared rows (kept in the progress file). Rerun the same "
+            "command with a larger budget to prepare the rest.")
     return failures
 
 
@@ -318,11 +353,17 @@ def run_prepare(args: argparse.Namespace):
     jobs = [(index, problems[index], rows[index][args.reference_column], answers[index])
             for index in range(len(rows)) if index not in done and index not in failures]
     print(f"prepare: {len(rows)} rows, {len(done)} already done in {progress_path}, {len(jobs)} to prepare")
+    duplicates = len(jobs) - len(duplicate_groups(jobs))
+    if duplicates:
+        print(f"prepare: {duplicates} row(s) repeat an earlier row's problem, reference and answer: each distinct "
+              "row is judged once and its points are written to every copy")
 
     judge = LiteLLMJudge(args.judge_model, api_base=args.api_base, max_concurrency=args.max_concurrency,
                          timeout=args.timeout, num_retries=args.num_retries, temperature=args.temperature,
                          cache_dir=args.cache_dir or os.path.join(work_dir, "judge_cache"),
-                         api_key_env=args.api_key_env, transport=args.transport)
+                         api_key_env=args.api_key_env, transport=args.transport, max_rpm=args.max_rpm,
+                         max_tpm=args.max_tpm, max_cost_usd=args.max_cost_usd,
+                         max_total_tokens=args.max_total_tokens)
     if jobs and not args.no_judge_probe:
         judge.probe()  # a judge that cannot answer fails here, before any row's work
     finished = [len(done)]  # rows in the progress file, for the Ctrl-C message

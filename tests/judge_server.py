@@ -163,6 +163,7 @@ class JudgeServer:
         usage: object = "count",
         served_models: tuple[str, ...] | None = None,
         require_key: str | None = None,
+        quota: tuple[int, float] | None = None,
     ):
         unknown = (set(fault_kinds) | set(script)) - set(ALL_FAULT_KINDS) - {None}
         if unknown:
@@ -181,6 +182,13 @@ class JudgeServer:
         self.usage = usage  # "count": real token counts; anything else is sent as the 200 replies' `usage` verbatim
         self.served_models = served_models  # None: any model name; else others get vLLM's 404
         self.require_key = require_key  # None: no key needed; else `Authorization: Bearer <key>` or 401
+        # (requests, seconds): a hosted judge's quota over a sliding window; beyond it a 429 with the Retry-After
+        # at which the oldest counted request leaves the window. `admitted` holds the counted arrival times.
+        self.quota = quota
+        self.admitted: collections.deque[float] = collections.deque()
+        self.admitted_times: list[float] = []
+        self.arrival_times: list[float] = []  # every chat request, admitted or not (what the server sees)
+        self.quota_rejections = 0
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests = 0
@@ -209,6 +217,38 @@ class JudgeServer:
             self.bodies.clear()
             self.authorization.clear()
             self.tokens_served = {"prompt": 0, "completion": 0}
+            self.admitted.clear()
+            self.admitted_times.clear()
+            self.arrival_times.clear()
+            self.quota_rejections = 0
+
+    def max_in_window(self, seconds: float, admitted_only: bool = True) -> int:
+        """The most requests (admitted ones: what a quota counts; or all that arrived) in any `seconds` window."""
+        with self._lock:
+            times = sorted(self.admitted_times if admitted_only else self.arrival_times)
+        best, start = 0, 0
+        for end, moment in enumerate(times):
+            while moment - times[start] >= seconds:
+                start += 1
+            best = max(best, end - start + 1)
+        return best
+
+    def _over_quota(self) -> float | None:
+        """Seconds until the quota admits another request (None: admitted now and counted)."""
+        if self.quota is None:
+            return None
+        limit, window = self.quota
+        now = time.monotonic()
+        with self._lock:
+            self.arrival_times.append(now)
+            while self.admitted and now - self.admitted[0] >= window:
+                self.admitted.popleft()
+            if len(self.admitted) >= limit:
+                self.quota_rejections += 1
+                return self.admitted[0] + window - now
+            self.admitted.append(now)
+            self.admitted_times.append(now)
+        return None
 
     def __enter__(self) -> JudgeServer:
         self.start()
@@ -288,6 +328,13 @@ class JudgeServer:
         if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
             return "404 Not Found", {}, {"error": {"message": f"no route {method} {path}", "type": "not_found"}}
         body = json.loads(raw)
+        wait = self._over_quota()
+        if wait is not None:
+            with self._lock:
+                self.requests += 1
+                self.faults["quota"] += 1
+            error = {"error": {"message": "quota exceeded", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
+            return "429 Too Many Requests", {"Retry-After": f"{max(wait, 0.001):.3f}"}, error
         fault = self._draw_fault()
         with self._lock:
             self.bodies.append(body)

@@ -5,9 +5,13 @@ Any LiteLLM model string works (`gemini/gemini-2.5-flash-lite`, `openai/gpt-4o-m
 synchronous task API (`grade_prefixes`, `score_rubric`, ...) works from inside a TRL training step even when TRL
 runs its own loop in another thread; the `a*` coroutines serve callers that are already async.
 
-Per request: the on-disk cache is consulted first; identical requests in one batch are sent once; at most
-`max_concurrency` attempts are in flight; 429/5xx/timeouts/connection errors are retried with exponential
-back-off and jitter, honouring `Retry-After`; an answer no parser can read is retried too (and never cached).
+Per request: the on-disk cache is consulted first; identical requests are sent once (in one batch, across the
+batches in flight, and across processes sharing a cache directory: `cache.KeyClaims`); at most `max_concurrency`
+attempts are in flight and `max_rpm` / `max_tpm` are kept (`limits.py`; all three are the run's totals, each of
+N processes takes 1/N); 429/5xx/timeouts/connection errors are retried with exponential back-off and jitter,
+honouring `Retry-After` (a 429's pauses every request of the process); an answer no parser can read is retried
+too (and never cached). `max_cost_usd` / `max_total_tokens` are a budget: `budget_exhausted()` says when it is
+spent, and training (`JudgeBudgetCallback`) or `prepare` stop there.
 New answers are written to the cache in batches (`cache.CacheWriter`) and are on disk when their batch returns.
 LiteLLM's own retries are switched off so the counts in `stats` are exact. When retries run out the item is
 unscorable (None) and counted — never a silent 0.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import math
 import os
 import random
 import re
@@ -36,6 +41,8 @@ from typing import Any
 
 from ppm_trl.judge import loop as shared_loop
 from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint, request_key
+from ppm_trl.judge.claims import KeyClaims
+from ppm_trl.judge.limits import RateLimiter, estimate_tokens, exhausted_for, process_count
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser
 from ppm_trl.judge.transport import (
@@ -160,7 +167,13 @@ class LiteLLMJudge(JudgeTasks):
     Args:
         model: LiteLLM model string, e.g. "gemini/gemini-2.5-flash-lite" (the PPM paper's judge), "openai/gpt-oss-20b".
         api_base: server URL for self-hosted models ("http://host:8000/v1").
-        max_concurrency: attempts in flight at once.
+        max_concurrency: attempts in flight at once, for the whole run (each of N processes takes 1/N, at least 1).
+        max_rpm / max_tpm: the run's requests / tokens per minute (a hosted judge's quota), split like
+            max_concurrency; None: unlimited. Tokens are estimated before a request and corrected by its usage.
+        burst_seconds: how many seconds of the steady rate may go out at once (at least one request).
+        processes: how many processes share these totals; None: `WORLD_SIZE` (set by accelerate/torchrun), else 1.
+        max_cost_usd / max_total_tokens: the budget `budget_exhausted()` checks (None: no budget). A cost budget
+            needs a model LiteLLM can price.
         timeout: seconds before an attempt counts as timed out (and is retried).
         num_retries: extra attempts per request after the first.
         temperature: judge sampling temperature (0 = deterministic, cache-friendly).
@@ -190,6 +203,12 @@ class LiteLLMJudge(JudgeTasks):
         backoff_max: float = 30.0,
         retry_unparseable: bool = True,
         transport: str = "litellm",
+        max_rpm: float | None = None,
+        max_tpm: float | None = None,
+        burst_seconds: float = 1.0,
+        processes: int | None = None,
+        max_cost_usd: float | None = None,
+        max_total_tokens: int | None = None,
         **litellm_kwargs: Any,
     ):
         if not isinstance(model, str) or not model.strip():
@@ -200,6 +219,15 @@ class LiteLLMJudge(JudgeTasks):
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if isinstance(num_retries, bool) or not isinstance(num_retries, int) or num_retries < 0:
             raise ValueError(f"num_retries must be an integer >= 0, got {num_retries!r}")
+        for name, value in (("max_rpm", max_rpm), ("max_tpm", max_tpm), ("max_cost_usd", max_cost_usd),
+                            ("max_total_tokens", max_total_tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
+                                      not value > 0 or not math.isfinite(value)):
+                raise ValueError(f"{name} must be a number > 0 (or None: unlimited), got {value!r}")
+        if not (isinstance(burst_seconds, (int, float)) and burst_seconds > 0):
+            raise ValueError(f"burst_seconds must be > 0, got {burst_seconds!r}")
+        if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
+            raise ValueError(f"processes must be an integer >= 1 (or None: WORLD_SIZE), got {processes!r}")
         if backoff_base < 0 or backoff_max < 0:
             raise ValueError(f"backoff_base and backoff_max must be >= 0, got {backoff_base!r}, {backoff_max!r}")
         refused = sorted(name for name in litellm_kwargs if _CREDENTIAL_ARGUMENT.search(name))
@@ -229,23 +257,33 @@ class LiteLLMJudge(JudgeTasks):
         self.backoff_max = float(backoff_max)
         self.retry_unparseable = retry_unparseable
         self.transport = transport
+        self.max_rpm, self.max_tpm, self.burst_seconds = max_rpm, max_tpm, float(burst_seconds)
+        self.processes = processes
+        self.max_cost_usd, self.max_total_tokens = max_cost_usd, max_total_tokens
         self.litellm_kwargs = dict(litellm_kwargs)
         self._init_runtime()
 
     def _init_runtime(self) -> None:
         self.stats = JudgeStats()
+        processes = self.processes or process_count()
+        self.process_concurrency = max(1, self.max_concurrency // processes)
+        self._limiter = RateLimiter(None if self.max_rpm is None else self.max_rpm / processes,
+                                    None if self.max_tpm is None else self.max_tpm / processes, self.burst_seconds)
+        self._limiter_loop: asyncio.AbstractEventLoop | None = None
+        self._inflight: dict[str, asyncio.Future] = {}  # key -> the answer of a request being sent by any batch
         if self.api_key_env is not None:
             _key_variables.add(self.api_key_env)  # so that `redact` masks its value whatever its name
         self._cache = None if self.cache_dir is None else ResponseCache(
             self.cache_dir, on_reject=lambda: self.stats.add(cache_rejected=1)
         )
         self._cache_writer = None if self._cache is None else CacheWriter(self._cache)
+        self._claims = None if self._cache is None else KeyClaims(self.cache_dir)
         self._semaphore: asyncio.Semaphore | None = None
         self._fingerprints: dict[str, dict[str, Any]] = {}  # key -> request fingerprint, while its batch runs
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
-            self.model, self.api_base, self.timeout, self.api_key_env, self._transport_kwargs(), self.max_concurrency
+            self.model, self.api_base, self.timeout, self.api_key_env, self._transport_kwargs(), self.process_concurrency
         )
         self.last_failure: JudgeFailure | None = None  # the most recent unscorable item's reason (for error messages)
         shared_loop.register_closer(self._transport)  # closed at interpreter exit if close() is never called
@@ -301,6 +339,10 @@ class LiteLLMJudge(JudgeTasks):
             "cache_dir": self.cache_dir,
             "api_key_env": self.api_key_env,
             "transport": self.transport,
+            "max_rpm": self.max_rpm,
+            "max_tpm": self.max_tpm,
+            "max_cost_usd": self.max_cost_usd,
+            "max_total_tokens": self.max_total_tokens,
             **self.litellm_kwargs,
         }
 
@@ -310,8 +352,8 @@ class LiteLLMJudge(JudgeTasks):
 
     def __getstate__(self) -> dict[str, Any]:
         # Runtime objects cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
-        runtime = {"stats", "_cache", "_cache_writer", "_semaphore", "_semaphore_loop", "_rng", "_transport",
-                   "_cache_params"}
+        runtime = {"stats", "_cache", "_cache_writer", "_claims", "_semaphore", "_semaphore_loop", "_rng",
+                   "_transport", "_cache_params", "_limiter", "_limiter_loop", "_inflight", "process_concurrency"}
         return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -357,32 +399,73 @@ class LiteLLMJudge(JudgeTasks):
             usage_unknown=int(not reply.usage_known),
         )
 
+    def _cached(self, key: str, parse: Parser) -> Any:
+        entry = self._cache_writer.get(key)
+        return None if entry is None else parse(entry["content"])
+
     async def _answer(self, key: str, messages: list[dict[str, str]], parse: Parser, writes: list) -> Any:
-        """One unique request → parsed answer or None (unscorable). Cache first, then the API with retries.
-        A new answer is queued for the cache; its write's future goes to `writes` (awaited by the batch)."""
+        """One unique request → parsed answer or None (unscorable). Cache first; then, holding the key's claim
+        (another process sending the same request is waited for and its cached answer used), the API."""
         if self._cache is not None:
-            entry = self._cache_writer.get(key)
-            if entry is not None:
-                parsed = parse(entry["content"])
-                if parsed is not None:
-                    self.stats.add(cache_hits=1)
-                    return parsed
+            parsed = self._cached(key, parse)
+            if parsed is not None:
+                self.stats.add(cache_hits=1)
+                return parsed
+        if self._claims is None:
+            return await self._send(key, messages, parse, writes)
+        lock, waited = await self._claims.claim(key)
+        if waited:  # another process sent it meanwhile: its answer is on disk unless it got none
+            parsed = self._cached(key, parse)
+            if parsed is not None:
+                KeyClaims.release(lock)
+                self.stats.add(cache_hits=1, shared_across_processes=1)
+                return parsed
+        written = len(writes)
+        try:
+            return await self._send(key, messages, parse, writes)
+        finally:
+            if len(writes) > written:  # keep the claim until the answer is on disk for the other processes
+                writes[-1].add_done_callback(lambda _: KeyClaims.release(lock))
+            else:
+                KeyClaims.release(lock)
+
+    async def _attempt(self, messages: list[dict[str, str]]) -> tuple[Any, BaseException | None, float]:
+        """One attempt within the process's concurrency, request rate and token rate: (reply, error, sent at)."""
+        estimate = estimate_tokens(messages, self.litellm_kwargs.get("max_tokens")) if self._limiter.active else 0
+        async with self._semaphore:
+            waited = await self._limiter.acquire(estimate)
+            if waited > 0:
+                self.stats.add(rate_limit_wait_s=waited)
+            self.stats.add(attempts=1)
+            sent = time.perf_counter()
+            try:
+                reply = await self._transport.send(messages, self.temperature)
+            except Exception as caught:  # noqa: BLE001 - classified by the caller; bugs re-raise there
+                if getattr(caught, "status_code", None) == 429:
+                    self.stats.add(throttled=1)
+                    retry_after = _retry_after_seconds(caught)
+                    if retry_after is not None:  # the server's word holds for every request of this process
+                        self._limiter.pause_until(self._limiter.clock() + min(retry_after, self.backoff_max))
+                return None, caught, sent
+        if reply.usage_known:
+            self._limiter.settle(estimate, reply.prompt_tokens + reply.completion_tokens)
+        exhausted = exhausted_for(reply.headers or {})
+        if exhausted is not None:
+            self._limiter.pause_until(self._limiter.clock() + min(exhausted, self.backoff_max))
+        return reply, None, sent
+
+    async def _send(self, key: str, messages: list[dict[str, str]], parse: Parser, writes: list) -> Any:
+        """The API with retries; a new answer is queued for the cache and its write's future goes to `writes`."""
         running = asyncio.get_running_loop()
         if self._semaphore_loop is not running:  # first use, or a new loop after a fork
-            self._semaphore, self._semaphore_loop = asyncio.Semaphore(self.max_concurrency), running
+            self._semaphore, self._semaphore_loop = asyncio.Semaphore(self.process_concurrency), running
         self.stats.add(calls=1)
-        started = None  # latency = first attempt start → answer, queueing for a slot excluded
+        started = None  # latency = first attempt sent → answer; waits for a slot or the rate limit excluded
         for attempt in range(self.num_retries + 1):
             if attempt:
                 self.stats.add(retries=1)
-            reply, error = None, None
-            async with self._semaphore:
-                started = started or time.perf_counter()
-                self.stats.add(attempts=1)
-                try:
-                    reply = await self._transport.send(messages, self.temperature)
-                except Exception as caught:  # noqa: BLE001 - classified below; bugs re-raise there
-                    error = caught
+            reply, error, sent = await self._attempt(messages)
+            started = started or sent
             if error is not None:
                 verdict = _classify(error)
                 if verdict == "fatal":
@@ -409,6 +492,32 @@ class LiteLLMJudge(JudgeTasks):
                 shown = answer if len(answer) <= 300 else f"{answer[:150]} … {answer[-150:]}"
                 return self._give_up(started, attempt + 1, f"unreadable answer {shown!r}", UNREADABLE)
         raise AssertionError("unreachable: the last attempt always returns")
+
+    # ----------------------------------------------------------------------------------------- budget
+    def spent(self) -> dict[str, float]:
+        """What this process's judge has used so far: cost in USD (priced answers only) and tokens."""
+        return {"cost_usd": self.stats.cost, "tokens": self.stats.prompt_tokens + self.stats.completion_tokens,
+                "unpriced": self.stats.cost_unknown}
+
+    def budget_exhausted(self, cost_usd: float | None = None, tokens: float | None = None,
+                         unpriced: float | None = None) -> str | None:
+        """Why the budget is spent (None while it is not), for the given totals (default: this process's)."""
+        spent = self.spent()
+        cost_usd = spent["cost_usd"] if cost_usd is None else cost_usd
+        tokens = spent["tokens"] if tokens is None else tokens
+        unpriced = spent["unpriced"] if unpriced is None else unpriced
+        if self.max_total_tokens is not None and tokens >= self.max_total_tokens:
+            return (f"the judge used {tokens:,.0f} tokens, reaching its budget max_total_tokens="
+                    f"{self.max_total_tokens:,} (judge_max_total_tokens)")
+        if self.max_cost_usd is not None:
+            if cost_usd >= self.max_cost_usd:
+                return (f"the judge cost ${cost_usd:.4f}, reaching its budget max_cost_usd=${self.max_cost_usd:g} "
+                        "(judge_max_cost_usd)")
+            if unpriced:
+                return (f"{unpriced:,.0f} judge answers could not be priced (LiteLLM has no price for model "
+                        f"{self.model!r}), so a cost budget (judge_max_cost_usd) cannot be kept: set a token budget "
+                        "(judge_max_total_tokens) instead, or register the model's price with litellm.register_model")
+        return None
 
     async def _written(self, writes: list[asyncio.Future]) -> None:
         """Wait until a batch's new answers are in the cache (best effort: a failed write is logged, not raised)."""
@@ -465,6 +574,7 @@ class LiteLLMJudge(JudgeTasks):
         self.stats.add(requests=len(jobs))
         tasks: dict[str, asyncio.Future] = {}
         keys = []
+        owned: set[str] = set()  # keys this batch sends (the others are another batch's in-flight requests)
         writes: list[asyncio.Future] = []  # cache writes of the new answers
         try:
             for messages, parse in jobs:
@@ -474,20 +584,26 @@ class LiteLLMJudge(JudgeTasks):
                 if key in tasks:
                     self.stats.add(deduplicated=1)
                     continue
+                if key in self._inflight:  # another batch (e.g. a concurrent scorer) is sending it right now
+                    self.stats.add(deduplicated=1)
+                    tasks[key] = self._inflight[key]
+                    continue
                 self._fingerprints[key] = fingerprint  # for the cache entry: hashing a prompt twice costs ~20 µs
-                tasks[key] = asyncio.ensure_future(self._answer(key, messages, parse, writes))
+                tasks[key] = self._inflight[key] = asyncio.ensure_future(self._answer(key, messages, parse, writes))
+                owned.add(key)
                 if len(tasks) % self.max_concurrency == 0:
                     await asyncio.sleep(0)  # let the first requests go out while the rest are keyed (~20 µs each)
-            await asyncio.gather(*tasks.values())
+            await asyncio.gather(*(asyncio.shield(task) for task in tasks.values()))
         except BaseException:  # a fatal error (or cancellation): do not leave the rest of the batch running
-            for task in tasks.values():
-                task.cancel()
+            for key in owned:
+                tasks[key].cancel()
             if writes:
                 self._cache_writer.flush()  # the answers already received are still cached, unwaited for
             raise
         finally:
-            for key in tasks:
+            for key in owned:
                 self._fingerprints.pop(key, None)
+                self._inflight.pop(key, None)
         if writes:
             await self._written(writes)
         return [tasks[key].result() for key in keys]

@@ -14,6 +14,9 @@ Counters (all cumulative; `since(snapshot)` gives the window's deltas):
   cost_unknown  answers LiteLLM could not price (their cost is not in `cost`)
   usage_unknown answers whose token counts were missing or not numbers (counted as 0 tokens, cost unknown)
   cache_rejected cache files ignored because their stored request does not match their key (planted, foreign)
+  throttled     attempts the server answered 429 (rate limited); each is retried after its Retry-After
+  rate_limit_wait_s seconds requests waited for `max_rpm` / `max_tpm` / a server's Retry-After (summed)
+  shared_across_processes answers another process sharing the cache sent while this one waited (also cache_hits)
 Latency is per call, end to end (all attempts and back-off), i.e. what a training step waits for.
 """
 
@@ -40,6 +43,9 @@ COUNTERS = (
     "cost_unknown",
     "usage_unknown",
     "cache_rejected",
+    "throttled",
+    "rate_limit_wait_s",
+    "shared_across_processes",
 )
 _KNOWN = frozenset(COUNTERS)
 _MAX_LATENCIES = 200_000  # keep the most recent; enough for any logging window

@@ -37,6 +37,7 @@ class Reply:
     completion_tokens: int
     cost: float | None  # None when LiteLLM has no price for the model, or the usage is unknown
     usage_known: bool = True  # False when the server's token counts were missing or not numbers (counted as 0)
+    headers: dict[str, str] | None = None  # the answer's HTTP headers when the transport sees them (rate limits)
 
 
 def token_counts(prompt_tokens: Any, completion_tokens: Any) -> tuple[int, int, bool]:
@@ -128,7 +129,9 @@ class LiteLLMTransport:
             text = response.choices[0].message.content
         except (AttributeError, IndexError, TypeError):
             text = None
-        return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost, usage_known)
+        headers = (getattr(response, "_hidden_params", None) or {}).get("additional_headers")
+        return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost, usage_known,
+                     dict(headers) if isinstance(headers, Mapping) else None)
 
     async def aclose(self) -> None:
         return None
@@ -215,7 +218,9 @@ class OpenAIHTTPTransport:
             raise ProtocolError(f"malformed HTTP answer from {self.url}: {error.message}") from None
         if status >= 300:
             raise HTTPStatusError(status, dict(headers), body.decode("utf-8", "replace"))
-        return self._reply(body)
+        reply = self._reply(body)
+        reply.headers = dict(headers)
+        return reply
 
     def _reply(self, body: bytes) -> Reply:
         try:

@@ -1,0 +1,54 @@
+"""`JudgeBudgetCallback`: stop training once the judge's budget (`judge_max_cost_usd` / `judge_max_total_tokens`)
+is spent, summed over the training processes.
+
+The check runs at the end of each optimizer step, so the step that crosses the budget finishes (its judge answers
+are paid for and used) and nothing stops in the middle of a write; when saving is on, that step is checkpointed
+(`control.should_save`), so `--resume_from_checkpoint` continues with a larger budget. Every process sees the same
+sums (all-reduced), so all stop at the same step.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+
+def summed_over_processes(values: list[float]) -> list[float]:
+    """`values` summed element-wise over the torch.distributed processes (unchanged in a single process)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return list(values)
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    totals = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    return totals.tolist()
+
+
+class JudgeBudgetCallback(TrainerCallback):
+    """Ends training after the step in which the judge's spending reached its budget (and saves that step)."""
+
+    def __init__(self, judge):
+        self.judge = judge
+        self.stopped: str | None = None  # why training was stopped, once it was
+
+    def on_step_end(self, args, state, control, **kwargs):
+        spent = self.judge.spent()
+        cost_usd, tokens, unpriced = summed_over_processes([spent["cost_usd"], spent["tokens"], spent["unpriced"]])
+        reason = self.judge.budget_exhausted(cost_usd=cost_usd, tokens=tokens, unpriced=unpriced)
+        if reason is None or self.stopped is not None:
+            return control
+        saving = getattr(args, "save_strategy", "no") != "no"  # SaveStrategy is a str enum
+        self.stopped = (f"judge budget spent at step {state.global_step}: {reason}. Training stopped after this step"
+                        + (f"; a checkpoint is saved in {args.output_dir}, resume it with a larger budget "
+                           "(--resume_from_checkpoint)" if saving else " (saving is off: no checkpoint)"))
+        control.should_training_stop = True
+        if saving:
+            control.should_save = True
+        if state.is_world_process_zero:
+            logger.warning(self.stopped)
+        return control

@@ -1,0 +1,164 @@
+"""Request and token rate limits for the judge: token buckets for a run's total quota, split across processes.
+
+A hosted judge's quota (requests per minute, tokens per minute) is the run's, not one process's: with
+`accelerate launch` on N processes each judge client takes `1/N` of it (`process_share`). A static split needs
+no coordination between processes or nodes and cannot overshoot; its cost is that a rank with less judging to do
+leaves part of its share unused (the ranks of one GRPO step judge equally sized slices, so this is small).
+
+`TokenBucket` is pure arithmetic on a clock value passed in (tested with a fake clock): a reservation takes its
+units now and says how long to wait until the bucket would have held them ("virtual scheduling"), so waiters are
+served in arrival order and the long-run rate never exceeds `rate`, with at most `capacity` units at once.
+Tokens are reserved on an estimate before a request is sent and corrected with the reply's usage.
+
+The server is the source of truth when it speaks: a 429's `Retry-After`, or `x-ratelimit-remaining-* = 0` with its
+`x-ratelimit-reset-*`, pauses every request of this process until then (`RateLimiter.pause_until`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+
+def process_count() -> int:
+    """Processes sharing the run's judge quota: `WORLD_SIZE` as set by `accelerate launch` / torchrun, else 1."""
+    try:
+        return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    except ValueError:
+        return 1
+
+
+def process_share(total: float | None, processes: int) -> float | None:
+    """This process's part of a run-wide limit (None: unlimited)."""
+    return None if total is None else total / processes
+
+
+@dataclass
+class TokenBucket:
+    """`rate` units per second, at most `capacity` at once; starts full. `level` may go negative: reserved ahead."""
+
+    rate: float
+    capacity: float
+    level: float = field(default=math.nan)
+    updated: float = field(default=math.nan)
+
+    def __post_init__(self) -> None:
+        if not (self.rate > 0 and self.capacity > 0):
+            raise ValueError(f"a token bucket needs rate > 0 and capacity > 0, got {self.rate!r}, {self.capacity!r}")
+        if math.isnan(self.level):
+            self.level = self.capacity
+
+    def _refill(self, now: float) -> None:
+        if not math.isnan(self.updated) and now > self.updated:
+            self.level = min(self.capacity, self.level + (now - self.updated) * self.rate)
+        if math.isnan(self.updated) or now > self.updated:
+            self.updated = now
+
+    def reserve(self, amount: float, now: float) -> float:
+        """Take `amount` units; return the seconds to wait before using them (0 when the bucket held them)."""
+        self._refill(now)
+        self.level -= amount
+        return 0.0 if self.level >= 0 else -self.level / self.rate
+
+    def adjust(self, amount: float, now: float) -> None:
+        """Correct an earlier reservation by `amount` units (positive: more were used; negative: give back)."""
+        self._refill(now)
+        self.level = min(self.capacity, self.level - amount)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def duration_seconds(value: str) -> float | None:
+    """A rate-limit reset as servers write it: seconds ("1.5"), or OpenAI's "6m0s" / "20ms" / "1h2m3.5s"."""
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(value)
+    if not parts or "".join(number + unit for number, unit in parts) != value:
+        return None
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(float(number) * scale[unit] for number, unit in parts)
+
+
+def exhausted_for(headers: Mapping[str, str]) -> float | None:
+    """Seconds until the server's quota resets when a reply says it is used up (`x-ratelimit-remaining-requests`
+    or `-tokens` is 0, with the matching `x-ratelimit-reset-*`); None when it is not, or the headers do not say."""
+    lowered = {str(k).lower().removeprefix("llm_provider-"): str(v) for k, v in headers.items()}
+    waits = []
+    for kind in ("requests", "tokens"):
+        remaining, reset = lowered.get(f"x-ratelimit-remaining-{kind}"), lowered.get(f"x-ratelimit-reset-{kind}")
+        if remaining is None or reset is None:
+            continue
+        try:
+            if float(remaining) > 0:
+                continue
+        except ValueError:
+            continue
+        seconds = duration_seconds(reset)
+        if seconds is not None:
+            waits.append(seconds)
+    return max(waits) if waits else None
+
+
+def estimate_tokens(messages: list[dict[str, str]], max_tokens: int | None) -> int:
+    """Tokens a request will count against a tokens-per-minute quota, before it is sent: ~4 characters per prompt
+    token, plus the answer's `max_tokens` when set (else a small allowance). Corrected by the reply's usage."""
+    characters = sum(len(str(message.get("content", ""))) for message in messages)
+    return characters // 4 + 8 * len(messages) + (max_tokens if max_tokens else 64)
+
+
+class RateLimiter:
+    """Requests-per-minute and tokens-per-minute limits of one process, with server-driven pauses.
+
+    `await acquire(tokens)` returns the seconds it waited; `settle(estimate, used)` corrects the token bucket once
+    the reply's usage is known; `pause_until(deadline)` holds every later (and waiting) request until `deadline`.
+    `clock` / `sleep` are injectable so that the schedule is tested without real time passing.
+    """
+
+    def __init__(self, max_rpm: float | None = None, max_tpm: float | None = None, burst_seconds: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        if burst_seconds <= 0:
+            raise ValueError(f"burst_seconds must be > 0, got {burst_seconds!r}")
+        self.max_rpm, self.max_tpm = max_rpm, max_tpm
+        # A burst is `burst_seconds` of the steady rate, at least one request (or one minute's tokens / 60).
+        self.requests = None if max_rpm is None else TokenBucket(max_rpm / 60, max(max_rpm / 60 * burst_seconds, 1.0))
+        self.tokens = None if max_tpm is None else TokenBucket(max_tpm / 60, max(max_tpm / 60 * burst_seconds, 1.0))
+        self.clock, self.sleep = clock, sleep
+        self.paused_until = -math.inf
+
+    @property
+    def active(self) -> bool:
+        return self.requests is not None or self.tokens is not None
+
+    def pause_until(self, deadline: float) -> None:
+        self.paused_until = max(self.paused_until, deadline)
+
+    def plan(self, tokens: int, now: float) -> float:
+        """Reserve one request and `tokens` tokens at `now`; the seconds to wait before sending."""
+        wait = 0.0
+        if self.requests is not None:
+            wait = max(wait, self.requests.reserve(1, now))
+        if self.tokens is not None:
+            wait = max(wait, self.tokens.reserve(tokens, now))
+        return max(wait, self.paused_until - now)
+
+    async def acquire(self, tokens: int = 0) -> float:
+        started = self.clock()
+        wait = self.plan(tokens, started)
+        while wait > 0:
+            await self.sleep(wait)
+            wait = self.paused_until - self.clock()  # a 429 that arrived meanwhile extends the wait
+        return self.clock() - started
+
+    def settle(self, estimate: int, used: int) -> None:
+        if self.tokens is not None:
+            self.tokens.adjust(used - estimate, self.clock())
