@@ -28,7 +28,7 @@ WORKER = "ppm-trl-scoring"  # the name of the base's background worker thread (a
 # num_iterations=2: TRL computes the old-policy log-probs of every generation batch (the pass the judge hides under)
 SETTINGS = dict(per_device_train_batch_size=8, num_generations=G, max_completion_length=BUDGET, num_segments=K,
                 max_steps=4, num_iterations=2, filter_zero_advantage_groups=False, learning_rate=1e-3, **TINY_ARGS)
-UNTIMED = ("runtime", "per_second", "latency", "step_time")  # wall-clock metrics: the only ones allowed to differ
+UNTIMED = ("runtime", "per_second", "latency", "step_time", "wait_s")  # wall-clock metrics: the only ones allowed to differ
 
 
 class RecordingScorer:

@@ -154,6 +154,8 @@ class RateLimiter:
     async def acquire(self, tokens: int = 0) -> float:
         started = self.clock()
         wait = self.plan(tokens, started)
+        if wait <= 0:
+            return 0.0
         while wait > 0:
             await self.sleep(wait)
             wait = self.paused_until - self.clock()  # a 429 that arrived meanwhile extends the wait
