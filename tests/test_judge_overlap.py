@@ -19,6 +19,7 @@ from ppm_trl.judge.callback import JudgeUnscorableError
 from ppm_trl.judge.client import PROBE_MAX_TOKENS
 from ppm_trl.rewards import accuracy_reward, env_outcome_reward
 from ppm_trl.tiny import build_tiny_model_and_tokenizer
+from ppm_trl.trainers.base import Rollout
 from ppm_trl.trainers.composed import PAPOARGTrainer, PPMARGTrainer
 from ppm_trl.trainers.papo import PAPOTrainer
 from ppm_trl.trainers.ppm import PPMGRPOTrainer
@@ -560,3 +561,23 @@ def test_papo_arg_rewards_and_judges_the_final_rows_early(tmp_path):
     assert scorer.calls[0][1] == results[False][0].calls[0][1]
     assert torch.equal(out["advantages"], results[False][1]["advantages"])
     assert logged == results[False][2]
+
+
+def test_papo_with_a_rollout_funcs_extra_fields_rewards_at_trls_pass(tmp_path):
+    """A `rollout_func`'s extra fields join the rows only just before TRL's rewards: no early rewards then (PAPO
+    scores in `on_scores`, as with the switch off), and asking for them is one clear error naming the fields."""
+    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    scorer, reward = RecordingScorer(lambda rows, texts: [1.0] * len(texts)), CountingOutcome()
+    trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward,
+                          args=PAPOConfig(output_dir=str(tmp_path), **PAPO_SETTINGS), train_dataset=dataset,
+                          process_scorer=scorer)
+    rows = [dict(dataset[0]) for _ in range(G)]
+    rollout = Rollout(rows=rows, prompts=[row["prompt"] for row in rows], prompt_ids=[[1]] * G,
+                      completion_ids=[[2]] * G, tool_mask=None,
+                      completions=[[{"role": "assistant", "content": row["reference"]}] for row in rows],
+                      logprobs=None, extra_fields={"env_reward": [1.0] * G}, images=None, tool_images=None)
+    trainer.on_final_rollout(rollout)
+    assert reward.calls == 0 and not scorer.started.is_set()
+    with pytest.raises(ValueError, match=r"extra fields \(\['env_reward'\]\)"):
+        trainer.compute_rewards_early(rollout)
