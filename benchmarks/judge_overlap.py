@@ -1,21 +1,25 @@
-"""Judge latency hidden inside the PPM step (issue #17 part 3): step time with the progress judge called after TRL's
-rewards (sequential, `overlap_scoring=False`) against the judge started as soon as the completions exist and run
-while TRL computes the reference model's log-probs (`overlap_scoring=True`, the default), in ONE run.
+"""Judge latency hidden inside the PPM or PAPO step (issue #17 part 3, issue 24 item 4): step time with the judge
+called after TRL's rewards (sequential, `overlap_scoring=False`) against the judge started as soon as the
+completions exist and run while TRL computes the reference model's log-probs (`overlap_scoring=True`, the default),
+in ONE run.
 
-One PPMGRPOTrainer (hidden 512, 4 layers, 128 rows = 16 prompts × 8, 64-token budget in K = 4 segments, beta > 0 so
-the reference log-prob pass runs) trains against the loopback judge server (tests/judge_server.py, in its own
-process, `openai_http` transport, 128 requests in flight); each step sends ~4 new grading requests per row (no
-cache hit: every step's completions are new). The steps alternate between the two modes at each latency
-L ∈ {0, 0.25, 1.0} s, after one warm-up step. Completions are scripted (the same text shapes every step), so the
-steps differ only by the mode and the latency.
+One trainer (hidden 512, 4 layers, 128 rows = 16 prompts × 8, 64-token budget, beta > 0 so the reference log-prob
+pass runs) trains against the loopback judge server (tests/judge_server.py, in its own process, `openai_http`
+transport, 128 requests in flight), no cache hit (every step's completions are new). `--method ppm` (default): a
+PPMGRPOTrainer, K = 4 segments, ~4 new grading requests per row. `--method papo`: a PAPOTrainer with the rubric
+judge (`process_scorer=judge`), 3 of 4 rows correct, one rubric request per correct row; overlapped, its outcome
+rewards are computed right after generation and the judge starts on the correct rows. The steps alternate between
+the two modes at each latency L ∈ {0, 0.25, 1.0} s, after one warm-up step. Completions are scripted (the same text
+shapes every step), so the steps differ only by the mode and the latency.
 
 Timers inside the step, per step: the judge (the scorer call, on whichever thread it ran), the log-prob passes (every
 no-grad forward of the policy and the reference model; generation is scripted, so these are TRL's log-prob passes
-only), and `on_scores` (where the overlapped step collects the grades, i.e. waits for what was not hidden). Hidden
-judge time = judge − the overlapped step's `on_scores` time; the fraction hidden is that over min(judge, log-prob).
-The step-time saving (sequential − overlapped) over the same minimum is reported as well.
+only), and the hook where the overlapped step collects the grades, i.e. waits for what was not hidden (`collect_s`:
+PPM's `on_scores`, PAPO's `compute_advantages`). Hidden judge time = judge − the overlapped step's collect time; the
+fraction hidden is that over min(judge, log-prob). The step-time saving (sequential − overlapped) over the same
+minimum is reported as well.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/judge_overlap.py [--repeats 4] [--json out.json]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/judge_overlap.py [--method papo] [--repeats 4] [--json out.json]
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/judge_overlap.py --quick     # CI smoke (seconds; timings noise)
 """
 
@@ -65,10 +69,16 @@ def ask(connection, *command):
     return connection.recv()
 
 
-def completion_texts(step: int, rows: int, budget: int) -> list[str]:
+PATTERNS = {  # per row (i mod 4), one line per segment; PAPO's: three correct (with the box), one wrong
+    "ppm": [["alpha", "beta", "\\boxed{7}"], ["x", "alpha", "y"], ["beta"], ["alpha", "beta", "z"]],
+    "papo": [["alpha", "beta", "\\boxed{7}"], ["x", "alpha", "\\boxed{7}"], ["beta", "\\boxed{7}"], ["alpha", "beta", "z"]],
+}
+
+
+def completion_texts(step: int, rows: int, budget: int, method: str = "ppm") -> list[str]:
     """Row i of generation call `step`: a progress pattern over K segments, tagged so every prefix is a new request."""
     width = budget // K
-    patterns = [["alpha", "beta", "\\boxed{7}"], ["x", "alpha", "y"], ["beta"], ["alpha", "beta", "z"]]
+    patterns = PATTERNS[method]
     texts = []
     for i in range(rows):
         parts = [f"{word} {step:x}{i:02x}"[: width - 1].ljust(width - 1) + "\n" for word in patterns[i % len(patterns)]]
@@ -112,7 +122,8 @@ class StepClock:
 
 
 class TimedScorer:
-    """The trainer's progress scorer with its wall time added to the clock (on whichever thread it runs)."""
+    """The trainer's progress (PPM) or process (PAPO) scorer with its wall time added to the clock (on whichever
+    thread it runs)."""
 
     def __init__(self, inner, clock):
         self.inner, self.clock = inner, clock
@@ -130,8 +141,9 @@ def build_trainer(settings, api_base, workdir, connection, plan):
     from datasets import Dataset
     from transformers import TrainerCallback
 
-    from ppm_trl.configs import PPMConfig
+    from ppm_trl.configs import PAPOConfig, PPMConfig
     from ppm_trl.tiny import save_tiny_model
+    from ppm_trl.trainers.papo import PAPOTrainer
     from ppm_trl.trainers.ppm import PPMGRPOTrainer
 
     rows = settings["prompts"] * settings["num_generations"]
@@ -141,26 +153,30 @@ def build_trainer(settings, api_base, workdir, connection, plan):
     } for i in range(settings["prompts"])] * len(plan))
     model_path = save_tiny_model(os.path.join(workdir, "model"), hidden_size=settings["hidden_size"],
                                  num_hidden_layers=settings["num_hidden_layers"])
-    args = PPMConfig(
+    common = dict(
         output_dir=os.path.join(workdir, "out"), use_cpu=True, bf16=False, gradient_checkpointing=False,
         report_to="none", save_strategy="no", logging_steps=10_000, disable_tqdm=True, seed=0, max_steps=len(plan),
         per_device_train_batch_size=rows, num_generations=settings["num_generations"],
-        max_completion_length=settings["budget"], num_segments=K, beta=0.04, learning_rate=1e-5,
-        filter_zero_advantage_groups=False, progress_scorer="judge", judge_model="openai/loopback-judge",
+        max_completion_length=settings["budget"], beta=0.04, learning_rate=1e-5, judge_model="openai/loopback-judge",
         judge_api_base=api_base, judge_transport="openai_http", judge_max_concurrency=settings["concurrency"],
         judge_timeout=30, judge_probe=False, judge_cache_dir=os.path.join(workdir, "judge_cache"),
         shuffle_dataset=False,
     )
+    if settings["method"] == "papo":
+        args, trainer_class = PAPOConfig(process_scorer="judge", **common), PAPOTrainer
+    else:
+        args = PPMConfig(num_segments=K, filter_zero_advantage_groups=False, progress_scorer="judge", **common)
+        trainer_class = PPMGRPOTrainer
 
     def outcome(completions, **kwargs):
         return [1.0 if "\\boxed{7}" in c else 0.0 for c in completions]
 
-    trainer = PPMGRPOTrainer(model=model_path, reward_funcs=outcome, args=args, train_dataset=dataset)
+    trainer = trainer_class(model=model_path, reward_funcs=outcome, args=args, train_dataset=dataset)
     tokenizer = trainer.processing_class
     calls = []
 
     def scripted(prompt_ids, images=None, multimodal_fields=None, num_generations=1, has_tool_images=False):
-        texts = completion_texts(len(calls), len(prompt_ids), settings["budget"])
+        texts = completion_texts(len(calls), len(prompt_ids), settings["budget"], settings["method"])
         calls.append(len(prompt_ids))
         return [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for t in texts], None
 
@@ -168,8 +184,12 @@ def build_trainer(settings, api_base, workdir, connection, plan):
     clock = StepClock()
     clock.watch_forwards(trainer.model)
     clock.watch_forwards(trainer.ref_model)
-    trainer.progress_scorer = TimedScorer(trainer.progress_scorer, clock)
-    trainer.on_scores = clock.timed(trainer.on_scores, "on_scores_s")
+    if settings["method"] == "papo":  # PAPO collects the early grades where the advantages need them
+        trainer.process_scorer = TimedScorer(trainer.process_scorer, clock)
+        trainer.compute_advantages = clock.timed(trainer.compute_advantages, "collect_s")
+    else:
+        trainer.progress_scorer = TimedScorer(trainer.progress_scorer, clock)
+        trainer.on_scores = clock.timed(trainer.on_scores, "collect_s")
 
     class Schedule(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
@@ -219,14 +239,14 @@ def summarise(result: dict) -> list[dict]:
             return statistics.median(values)
 
         judge, logprob = median(True, "judge_s"), median(True, "logprob_s")
-        hidden = max(judge - median(True, "on_scores_s"), 0.0)
+        hidden = max(judge - median(True, "collect_s"), 0.0)
         saved = median(False, "step_s") - median(True, "step_s")
         base = min(judge, logprob)
         rows.append({"latency_s": latency, "step_sequential_s": median(False, "step_s"),
                      "step_overlapped_s": median(True, "step_s"), "judge_s": judge,
                      "judge_sequential_s": median(False, "judge_s"), "logprob_s": logprob,
-                     "on_scores_overlapped_s": median(True, "on_scores_s"),
-                     "on_scores_sequential_s": median(False, "on_scores_s"), "hidden_s": hidden,
+                     "collect_overlapped_s": median(True, "collect_s"),
+                     "collect_sequential_s": median(False, "collect_s"), "hidden_s": hidden,
                      "fraction_hidden": min(hidden / base, 1.0) if base > 0 else float("nan"),
                      "step_saving_s": saved, "step_saving_over_min": saved / base if base > 0 else float("nan"),
                      "requests_per_step": median(True, "requests")})
@@ -246,6 +266,8 @@ def table(rows: list[dict]) -> str:
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--method", choices=("ppm", "papo"), default="ppm",
+                        help="ppm: the progress judge (K requests per row); papo: the rubric judge of the correct rows")
     parser.add_argument("--quick", action="store_true", help="CI smoke: a tiny model, 8 rows, 2 latencies.")
     parser.add_argument("--repeats", type=int, help="steps per (latency, mode); default 4 (quick: 1)")
     parser.add_argument("--json", help="write settings, every step's timers and the summary here")
@@ -253,7 +275,7 @@ def main():
     import torch
 
     torch.set_num_threads(1)
-    settings = dict(QUICK if args.quick else FULL)
+    settings = dict(QUICK if args.quick else FULL, method=args.method)
     if args.repeats:
         settings["repeats"] = args.repeats
     started = time.time()
@@ -262,7 +284,8 @@ def main():
     result["wall_s"] = time.time() - started
     result["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(),
                          "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
-    print(f"rows per step {settings['prompts'] * settings['num_generations']}, hidden {settings['hidden_size']}, "
+    print(f"{args.method.upper()}: rows per step {settings['prompts'] * settings['num_generations']}, "
+          f"hidden {settings['hidden_size']}, "
           f"{settings['num_hidden_layers']} layers, beta 0.04 (reference log-prob pass), "
           f"{result['summary'][0]['requests_per_step']:.0f} judge requests per step; load average "
           f"{result['load_average_before'][0]:.2f} → {result['load_average_after'][0]:.2f} on {os.cpu_count()} CPUs")

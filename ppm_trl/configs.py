@@ -256,7 +256,8 @@ class PAPOConfig(GRPOConfig, JudgeArguments):
 
     A = A_out + λ·A_proc: A_out is the GRPO advantage of the binary outcome over the whole group; A_proc normalises
     the rubric score over the correct responses only (0 for incorrect ones, 0 for the group when fewer than two are
-    correct). The judge is called for correct responses only.
+    correct). The judge is called for correct responses only; with `overlap_scoring` (default) it runs under TRL's
+    log-prob passes.
     """
 
     process_weight: float = field(default=1.0, metadata={"help": "λ, the weight of A_proc (paper default 1)."})
@@ -277,6 +278,12 @@ class PAPOConfig(GRPOConfig, JudgeArguments):
     correct_threshold: float = field(
         default=1.0,
         metadata={"help": "A response is correct (r_out = 1) when its weighted outcome reward is ≥ this value."},
+    )
+    overlap_scoring: bool = field(
+        default=True,
+        metadata={"help": "Compute the outcome rewards as soon as a batch's completions exist and start the process "
+                  "scorer (the rubric judge) on the correct ones while TRL computes the old/reference log-probs; "
+                  "the same rewards, grades and advantages. False: score after TRL's rewards."},
     )
 
     def __post_init__(self):

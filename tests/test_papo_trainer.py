@@ -68,11 +68,13 @@ def test_all_correct_group_keeps_a_process_signal(tmp_path):
     assert len(scorer.seen) == 4
 
 
-def test_judge_is_never_called_for_incorrect_responses(tmp_path):
+@pytest.mark.parametrize("overlap", [True, False])  # judged under TRL's log-prob passes, or after its rewards
+def test_judge_is_never_called_for_incorrect_responses(tmp_path, overlap):
     def completions(reference):
         return [reference, "wrong", reference + " ", "also wrong"]
 
-    adv, scorer, reference = _run(tmp_path, completions, lambda text: 1.0 if text.endswith(" ") else 0.5)
+    adv, scorer, reference = _run(tmp_path, completions, lambda text: 1.0 if text.endswith(" ") else 0.5,
+                                  overlap_scoring=overlap)
     assert sorted(scorer.seen) == sorted([reference, reference + " "])  # two correct → two calls, no more
     # A_out: outcome [1,0,1,0], mean .5, sample std sqrt(1/3): ±0.5/sqrt(1/3) = ±0.8660
     # A_proc over C = {0, 2}: scores .5 and 1 → mean .75, sample std sqrt(.125): ∓/± 0.25/0.35355 = 0.7071
@@ -90,12 +92,14 @@ def test_one_correct_response_has_no_process_advantage(tmp_path):
     assert torch.allclose(adv, torch.tensor([a_out, -0.5, -0.5, -0.5]), atol=1e-4)
 
 
-def test_unparseable_judgement_is_nan_not_zero(tmp_path):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_unparseable_judgement_is_nan_not_zero(tmp_path, overlap):
     def completions(reference):
         return [reference, reference + " ", reference + "  ", "wrong"]
 
     # The judge fails (None) on the first response: it leaves C's statistics, keeps A_out.
-    adv, _, _ = _run(tmp_path, completions, lambda text: None if text == text.rstrip() else float(len(text) % 2))
+    adv, _, _ = _run(tmp_path, completions, lambda text: None if text == text.rstrip() else float(len(text) % 2),
+                     overlap_scoring=overlap)
     a_out_correct = 0.25 / 0.5  # outcome [1,1,1,0]: mean .75, sample std .5
     # C = {1, 2} with scores (len+1)%2 and (len+2)%2 → one 1 and one 0: A_proc = ±0.7071
     assert math.isclose(float(adv[0]), a_out_correct, abs_tol=1e-4)

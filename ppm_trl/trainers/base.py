@@ -5,7 +5,8 @@ It overrides each TRL hook once and gives the method trainers public, documented
 - `on_rollout(rollout) -> Rollout` — after TRL generated (and decoded) the rows, before anything is scored: the rows
   may be replaced (ARG). The base then recomputes TRL's completion statistics so that they describe the FINAL rows.
 - `on_final_rollout(rollout)` — training only, after every `on_rollout` of the MRO: the rows are final and TRL's
-  log-prob passes come next. Start slow scoring here (`run_in_background`) and collect it in `on_scores` (PPM).
+  log-prob passes come next. Start slow scoring here (`run_in_background`) and collect it in `on_scores` (PPM), or
+  in `compute_advantages` after deciding what to score from `compute_rewards_early` (PAPO).
 - `on_scores(rows, completions, completion_ids, rewards_per_func)` — after TRL's rewards, training only (PPM's
   progress, PAPO's process scores); `rewards_per_func` is gathered (B_global, F), the other arguments local.
 - `compute_advantages(completion_mask, tool_mask) -> Advantages | None` — after TRL computed its own; the method's
@@ -16,7 +17,8 @@ It overrides each TRL hook once and gives the method trainers public, documented
 
 And public helpers: `sample_completion_ids` (the generation backend; tests script it), `generate_token_ids` (prompt
 ids with a max_tokens per row through the trainer's own backend: HF, vLLM colocate or server), `outcome_rewards`
-(the reward functions alone), `sequence_logprobs` (a no-grad forward), `log_metric`, `tokenizer`, `is_multimodal`,
+(the reward functions alone), `compute_rewards_early` (the final rows' rewards before the log-prob passes, reused
+by TRL's reward pass), `sequence_logprobs` (a no-grad forward), `log_metric`, `tokenizer`, `is_multimodal`,
 `decode_completions`, `current_rollout`, `run_in_background`.
 
 The order inside TRL 1.16's `GRPOTrainer._generate_and_score_completions`, which the hooks hang on:
@@ -196,6 +198,19 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
         self._background_futures.append(future)
         return future
 
+    def compute_rewards_early(self, rollout: Rollout) -> torch.Tensor:
+        """(B_global, F) rewards of the final rows, computed now — before TRL's log-prob passes — instead of in TRL's
+        reward pass, which then returns these very values (the reward functions run once per batch either way, and
+        their logs are TRL's). Training only (from `on_final_rollout`), a collective; not with a `rollout_func`'s
+        extra fields, which join the rows only just before TRL's rewards."""
+        if rollout.extra_fields:
+            raise ValueError("compute_rewards_early: this rollout has a rollout_func's extra fields "
+                             f"({sorted(rollout.extra_fields)}), which the rows get only at TRL's reward pass")
+        rewards = GRPOTrainer._calculate_rewards(self, rollout.rows, rollout.prompts, rollout.completions,
+                                                 rollout.completion_ids)
+        self._early_rewards = (rollout.completion_ids, rewards)
+        return rewards
+
     def log_metric(self, name: str, value: float) -> None:
         """Append `value` to metric `name` of the current mode (averaged by TRL at the next log)."""
         mode = "train" if self.model.training else "eval"
@@ -310,6 +325,7 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
     _current_rows = None
     _background_executor = None
     _background_futures: list[Future] | None = None  # the jobs of the generation batch being scored
+    _early_rewards = None  # (completion ids, gathered rewards) from `compute_rewards_early`, for TRL's reward pass
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         return self.sample_completion_ids(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
@@ -331,7 +347,13 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
         return tuple(getattr(rollout, name) for name in names)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        early, self._early_rewards = self._early_rewards, None
+        if early is not None:
+            early_ids, rewards_per_func = early
+            if [list(ids) for ids in early_ids] != [list(ids) for ids in completion_ids_list]:
+                raise RuntimeError("the completions rewarded early are not the ones TRL rewards (a bug)")
+        else:
+            rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self.model.training:
             self.on_scores(inputs, completions, completion_ids_list, rewards_per_func)
         return rewards_per_func
@@ -346,7 +368,7 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
                     self._apply_advantages(output, advantages)
             return output
         finally:
-            self._current_rows = self._current_rollout = None
+            self._current_rows = self._current_rollout = self._early_rewards = None
             # A job the batch did not collect (its step raised): drop it, and let none run into the next batch.
             for future in self._background_futures or ():
                 future.cancel()

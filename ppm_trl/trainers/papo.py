@@ -1,19 +1,24 @@
 """PAPOTrainer: GRPO with decoupled outcome and correct-subset process advantages (PAPO paper §4, §6, A.3).
 
-Two hooks of the base trainer (`base.py`, the seam with TRL):
-1. `on_scores` (after TRL's outcome rewards) asks the process scorer (rubric judge or programmatic) about this
-   process's CORRECT responses only — incorrect responses cost zero judge calls — and gathers the (B,) process
-   scores (NaN = not judged or unscorable);
-2. `compute_advantages` returns `papo_advantages` computed per group on the gathered batch (the base slices them to
-   this process). The advantages stay 1-D, so every TRL `loss_type` and sequence-level importance sampling (GSPO)
-   work unchanged.
-The judge is not started early (`on_final_rollout`, as PPM does): which responses it grades depends on the outcome
-rewards, and TRL computes those after its log-prob passes.
+Three hooks of the base trainer (`base.py`, the seam with TRL):
+1. `on_final_rollout` (the rows are final; TRL's log-prob passes come next) computes the outcome rewards right
+   away (`compute_rewards_early`: TRL's reward pass then reuses them, so the reward functions still run once) and
+   starts the process scorer (rubric judge or programmatic) on this process's CORRECT responses only — incorrect
+   responses cost zero judge calls — on the base's background worker (`overlap_scoring`, on by default), so that
+   the judge's latency runs under those passes;
+2. `on_scores` (after TRL's outcome rewards) takes the binary outcome of the gathered batch — and, with
+   `overlap_scoring` off (or a `rollout_func`'s extra fields, which join the rows only at TRL's reward pass), scores
+   the correct responses right there;
+3. `compute_advantages` collects the process scores (NaN = not judged or unscorable), gathers them to (B,), and
+   returns `papo_advantages` computed per group on the gathered batch (the base slices them to this process). The
+   advantages stay 1-D, so every TRL `loss_type` and sequence-level importance sampling (GSPO) work unchanged.
+Either way the same responses go to the same scorer once, and its errors (and the score checks) are raised in 3.
 """
 
 from __future__ import annotations
 
 import textwrap
+from concurrent.futures import Future
 
 import torch
 
@@ -37,6 +42,8 @@ class PAPOTrainer(MethodTrainer):
     Args:
         process_scorer: a callable `(rows, texts) -> list[float | None]` scoring correct responses in [0, 1];
             default: built from `args.process_scorer` (`programmatic` point fraction, or the LiteLLM rubric `judge`).
+            With `args.overlap_scoring` (default) it is called on the base's worker thread, while TRL computes
+            log-probs; a scorer that must run on the training thread (e.g. one that uses the policy's GPU) needs it off.
         Everything else is `GRPOTrainer`'s. With the judge scorer the dataset needs a `reference` column.
     """
 
@@ -65,18 +72,38 @@ class PAPOTrainer(MethodTrainer):
             check_columns(train_dataset, {"reasoning_points": "list", "env": "any"}, "PAPO (programmatic scorer)")
         self.process_scorer = process_scorer if process_scorer is not None else build_process_scorer(args)
         self._papo_process = None
+        self._papo_pending = None  # (outcome, judged local rows, their scores or the Future of the early scoring)
         self._papo_stats_seen = {}
         check_reward_columns(train_dataset, reward_funcs, "PAPO")
         model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         install_judge_stats(self, self.process_scorer)
 
+    def on_final_rollout(self, rollout):
+        super().on_final_rollout(rollout)
+        self._papo_pending = None
+        if not self.args.overlap_scoring or rollout.extra_fields:
+            return
+        outcome = self._binary_outcome(self.compute_rewards_early(rollout))
+        judged = self._local_correct(outcome, len(rollout.rows))
+        scores = self.run_in_background(self._score, rollout.rows, rollout.completions, judged) if judged else []
+        self._papo_pending = (outcome, judged, scores)  # collected in compute_advantages
+
     def on_scores(self, rows, completions, completion_ids, rewards_per_func):
         super().on_scores(rows, completions, completion_ids, rewards_per_func)
-        self._score_correct_responses(rows, completions, rewards_per_func)
+        self._papo_outcome = self._binary_outcome(rewards_per_func)
+        if self._papo_pending is not None:
+            early_outcome = self._papo_pending[0]
+            if not torch.equal(early_outcome.nan_to_num(-1.0), self._papo_outcome.nan_to_num(-1.0)):
+                raise RuntimeError("PAPO: the outcome rewarded early differs from TRL's (a bug)")
+            return
+        judged = self._local_correct(self._papo_outcome, len(rows))
+        scores = self._score(rows, completions, judged) if judged else []
+        self._papo_pending = (self._papo_outcome, judged, scores)
 
     def compute_advantages(self, completion_mask, tool_mask):
         """A = A_out + λ·A_proc per group on the gathered batch; PAPO metrics."""
+        self._papo_process = self._collect_process_scores(completion_mask.shape[0])
         args = self.args
         kwargs = dict(lam=args.process_weight, process_norm=args.process_norm, combine=args.combine,
                       eps=args.papo_epsilon)
@@ -92,21 +119,33 @@ class PAPOTrainer(MethodTrainer):
         self._papo_stats_seen = counters
         return Advantages(advantages)
 
-    def _score_correct_responses(self, inputs, completions, rewards_per_func) -> None:
-        """Binary outcome of the gathered batch; process scores of this process's correct responses only."""
+    # ---------------------------------------------------------------------------------------------- pieces
+    def _binary_outcome(self, rewards_per_func) -> torch.Tensor:
+        """(B_global,) r_out ∈ {0, 1} of the gathered batch; NaN where every reward function returned None."""
         outcome = weighted_outcome(rewards_per_func, self.reward_weights)
         correct = (outcome >= self.args.correct_threshold).to(outcome.dtype)
-        self._papo_outcome = torch.where(torch.isnan(outcome), outcome, correct)
-        start = self.accelerator.process_index * len(inputs)
-        local_correct = (self._papo_outcome[start : start + len(inputs)] == 1).tolist()
-        judged = [i for i, ok in enumerate(local_correct) if ok]
-        process = torch.full((len(inputs),), float("nan"), device=self.accelerator.device)
-        if judged:
-            scores = self.process_scorer([inputs[i] for i in judged], [completion_text(completions[i]) for i in judged])
-            if len(scores) != len(judged):
-                raise ValueError(f"process scorer returned {len(scores)} scores for {len(judged)} responses")
-            for i, score in zip(judged, scores):
-                if score is not None and not 0.0 <= float(score) <= 1.0:
-                    raise ValueError(f"process scorer returned {score!r} for row {i}; scores must lie in [0, 1]")
-                process[i] = float("nan") if score is None else float(score)
-        self._papo_process = self.accelerator.gather(process)
+        return torch.where(torch.isnan(outcome), outcome, correct)
+
+    def _local_correct(self, outcome, num_local_rows: int) -> list[int]:
+        """Indices of this process's correct rows (each process judges its own slice of the gathered batch)."""
+        start = self.accelerator.process_index * num_local_rows
+        return [i for i, ok in enumerate((outcome[start : start + num_local_rows] == 1).tolist()) if ok]
+
+    def _score(self, rows, completions, judged) -> list:
+        """The process scorer on the judged rows; runs on the background worker with `overlap_scoring`."""
+        return self.process_scorer([rows[i] for i in judged], [completion_text(completions[i]) for i in judged])
+
+    def _collect_process_scores(self, num_local_rows: int) -> torch.Tensor:
+        """(B_global,) process scores: this process's (waiting for the worker if they were started early),
+        checked, NaN for rows not judged or unscorable, gathered."""
+        (_, judged, scores), self._papo_pending = self._papo_pending, None
+        if isinstance(scores, Future):
+            scores = scores.result()  # the scorer's own exception, if it raised
+        if len(scores) != len(judged):
+            raise ValueError(f"process scorer returned {len(scores)} scores for {len(judged)} responses")
+        process = torch.full((num_local_rows,), float("nan"), device=self.accelerator.device)
+        for i, score in zip(judged, scores):
+            if score is not None and not 0.0 <= float(score) <= 1.0:
+                raise ValueError(f"process scorer returned {score!r} for row {i}; scores must lie in [0, 1]")
+            process[i] = float("nan") if score is None else float(score)
+        return self.accelerator.gather(process)
