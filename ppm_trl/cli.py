@@ -549,6 +549,7 @@ def build_trainer(script_args, training_args, model_args):
         args=training_args,
         train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
+        callbacks=[log_last_step_callback()],
         **extra,
     )
 
@@ -564,14 +565,16 @@ def run_training(script_args, training_args, model_args):
 
 
 def training_summary(trainer, result, method: str) -> dict:
-    """Steps, per-step wall time (TRL's `step_time`), loss, peak GPU memory (and ARG's guidance totals)."""
+    """What `ppm-trl train` and the example scripts print when done: steps, loss, the absolute output dir, per-step
+    wall time (TRL's `step_time`), the mean of the method's metrics, peak GPU memory (and ARG's guidance totals)."""
     import torch
 
     history = trainer.state.log_history
     summary = {"method": method, "steps": result.global_step, "train_loss": result.training_loss,
+               "output_dir": os.path.abspath(trainer.args.output_dir),
+               "metrics_mean": method_metrics_mean(history),
                "train_runtime_s": result.metrics.get("train_runtime"),
-               "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry],
-               "output_dir": trainer.args.output_dir}
+               "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry]}
     selector = getattr(trainer, "prefix_selector", None)
     if selector is not None:
         summary["guidance_totals"] = {
@@ -595,7 +598,7 @@ def run_example(method: str, argv: list[str] | None = None) -> dict:
     trainer, result = run_training(script_args, training_args, model_args)
     summary = training_summary(trainer, result, method)
     if trainer.accelerator.is_main_process:
-        print(f"train_{method}: done " + json.dumps(summary), flush=True)
+        report_done(f"train_{method}", summary, trainer, script_args)
     return summary
 
 
@@ -603,10 +606,72 @@ def train(argv: list[str]) -> None:
     script_args, training_args, model_args = parse_train_args(argv)
     trainer, result = run_training(script_args, training_args, model_args)
     if trainer.accelerator.is_main_process:
-        summary = {"method": script_args.method, "steps": result.global_step, "train_loss": result.training_loss,
-                   "output_dir": training_args.output_dir,
-                   "metrics_mean": method_metrics_mean(trainer.state.log_history)}
-        print("ppm-trl train: done " + json.dumps(summary))
+        report_done("ppm-trl train", training_summary(trainer, result, script_args.method), trainer, script_args)
+
+
+def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
+    """`<prefix>: done {json}` on stdout; on stderr a warning when nothing was learned, and the `eval` to run next."""
+    print(f"{prefix}: done " + json.dumps(summary), flush=True)
+    problem = nothing_learned(trainer.state.log_history, trainer.args)
+    if problem:
+        print(f"{prefix}: warning: nothing was learned: {problem}", file=sys.stderr)
+    print(f"{prefix}: evaluate with: {eval_command(summary['output_dir'], script_args)}", file=sys.stderr, flush=True)
+
+
+def eval_command(output_dir: str, script_args) -> str:
+    """The `ppm-trl eval` line for a trained model: the env on held-out seeds, or the user's held-out data."""
+    import shlex
+
+    if script_args.env_name:
+        data = f"--env {script_args.env_name} --env_n {script_args.env_n}"
+    else:
+        data = "--dataset_name HELD_OUT_DATA" + "".join(
+            f" --{flag} {shlex.quote(value)}" for flag, value in (("problem_column", script_args.problem_column),
+                                                                  ("answer_column", script_args.answer_column)) if value)
+    return f"ppm-trl eval --model {shlex.quote(output_dir)} {data} --num_samples 8 --k 1 8"
+
+
+def nothing_learned(history: list[dict], args) -> str | None:
+    """Why no gradient reached the model, from the logged metrics; None when it learned (or nothing was logged).
+
+    Every logged grad norm 0, or every completion filtered out of the loss: truncated completions masked
+    (`mask_truncated_completions`), or every group of PPM with zero advantage (`filter_zero_advantage_groups`).
+    """
+    def values(key):
+        return [entry[key] for entry in history if isinstance(entry.get(key), (int, float))]
+
+    reasons = []
+    clipped = values("completions/clipped_ratio")
+    if clipped and min(clipped) >= 1.0 and getattr(args, "mask_truncated_completions", False):
+        reasons.append(f"every completion reached max_completion_length={args.max_completion_length} and was masked "
+                       "out of the loss (mask_truncated_completions); raise max_completion_length, or set "
+                       "mask_truncated_completions false")
+    filtered = values("ppm/frac_rows_filtered")
+    if filtered and min(filtered) >= 1.0:
+        reasons.append("every group had zero advantage (all its completions earned the same rewards) and was "
+                       "dropped (filter_zero_advantage_groups); check the reward and judge metrics")
+    norms = values("grad_norm")
+    if norms and max(norms) == 0.0 and not reasons:
+        same = values("frac_reward_zero_std")
+        reasons.append("every logged grad_norm is 0" + (
+            "; every prompt's completions earned the same reward (frac_reward_zero_std = 1)"
+            if same and min(same) >= 1.0 else ""))
+    return "; ".join(reasons) or None
+
+
+def log_last_step_callback():
+    """A callback that logs the last step when it is not a logging step: TRL's metrics since the last log would be
+    dropped, and the `done` summary of a run shorter than `logging_steps` would have none."""
+    from transformers import TrainerCallback
+
+    class LogLastStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if (state.global_step >= state.max_steps and args.logging_strategy == "steps"
+                    and state.global_step % state.logging_steps):
+                control.should_log = True
+            return control
+
+    return LogLastStep()
 
 
 def method_metrics_mean(history: list[dict]) -> dict[str, float]:
