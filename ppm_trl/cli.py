@@ -154,8 +154,6 @@ def check_flags(argv: list[str], parser, command: str, renamed: dict[str, str] |
     Run before the configs are built, so `--modle x` says so instead of `--model is required`, and a typo is
     reported before any config validation. A unique prefix of a known flag passes (argparse accepts it).
     """
-    import difflib
-
     known = parser._option_string_actions  # option string -> action
     for arg in argv:
         if not arg.startswith("--") or arg == "--":
@@ -171,21 +169,27 @@ def check_flags(argv: list[str], parser, command: str, renamed: dict[str, str] |
         if len(matches) > 1:
             names = sorted({known[o].option_strings[0] for o in matches.values()})
             raise UsageError(f"ambiguous flag {flag}: it could be {', '.join(names)}")
-        close = difflib.get_close_matches(flag, list(known), n=8, cutoff=0.6)
-        names = list(dict.fromkeys(known[o].option_strings[0] for o in close))[:3]
+        names = list(dict.fromkeys(known[o].option_strings[0] for o in _closest(flag, list(known))))
         hint = f"; did you mean {' or '.join(names)}?" if names else f"; `ppm-trl {command} --help` lists the flags"
         raise UsageError(f"unknown flag {flag}{hint}")
 
 
-def check_config_keys(config: dict, parser, path: str) -> None:
-    """A YAML key that is no field is a UsageError naming the file, the key and the closest fields."""
+def _closest(word: str, candidates: list[str], cutoff: float = 0.6, margin: float = 0.1) -> list[str]:
+    """The candidates most like `word` (difflib's ratio >= cutoff, within `margin` of the best), best first, <= 3."""
     import difflib
 
+    scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in candidates), reverse=True)
+    best = scored[0][0] if scored else 0.0
+    return [c for score, c in scored if score >= cutoff and score >= best - margin][:3]
+
+
+def check_config_keys(config: dict, parser, path: str) -> None:
+    """A YAML key that is no field is a UsageError naming the file, the key and the closest fields."""
     fields = {action.dest for action in parser._actions} - {"help"}
     for key in config:
         if key == "env" or key in fields:  # `env:` sets environment variables (TrlParser)
             continue
-        close = difflib.get_close_matches(str(key), sorted(fields), n=3, cutoff=0.6)
+        close = _closest(str(key), sorted(fields))
         hint = f"; did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else ""
         raise UsageError(f"config file {path!r}: unknown key `{key}`{hint}")
 
