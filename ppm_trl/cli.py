@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -140,6 +141,59 @@ def check_config_values(config: dict, classes, path: str) -> None:
                 raise UsageError(f"config file {path!r}: `{key}` must be {scalar[kinds[0]]}, got {value!r}")
 
 
+# Flags each subcommand spells differently: the right spelling is named instead of a guess.
+TRAIN_RENAMED = {"--split": "--dataset_train_split", "--model": "--model_name_or_path", "--dataset": "--dataset_name",
+                 "--env": "--env_name"}
+EVAL_RENAMED = {"--dataset_train_split": "--split", "--dataset-train-split": "--split", "--dataset": "--dataset_name",
+                "--model_name_or_path": "--model", "--model-name-or-path": "--model"}
+
+
+def check_flags(argv: list[str], parser, command: str, renamed: dict[str, str] | None = None) -> None:
+    """A flag the parser does not know is a UsageError naming it and the closest known flags (did-you-mean).
+
+    Run before the configs are built, so `--modle x` says so instead of `--model is required`, and a typo is
+    reported before any config validation. A unique prefix of a known flag passes (argparse accepts it).
+    """
+    known = parser._option_string_actions  # option string -> action
+    for arg in argv:
+        if not arg.startswith("--") or arg == "--":
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in known or flag == "--config":
+            continue
+        if renamed and flag in renamed:
+            raise UsageError(f"unknown flag {flag}: `ppm-trl {command}` spells it {renamed[flag]}")
+        matches = {known[o].dest: o for o in known if o.startswith(flag)} if parser.allow_abbrev else {}
+        if len(matches) == 1:
+            continue
+        if len(matches) > 1:
+            names = sorted({known[o].option_strings[0] for o in matches.values()})
+            raise UsageError(f"ambiguous flag {flag}: it could be {', '.join(names)}")
+        names = list(dict.fromkeys(known[o].option_strings[0] for o in _closest(flag, list(known))))
+        hint = f"; did you mean {' or '.join(names)}?" if names else f"; `ppm-trl {command} --help` lists the flags"
+        raise UsageError(f"unknown flag {flag}{hint}")
+
+
+def _closest(word: str, candidates: list[str], cutoff: float = 0.6, margin: float = 0.1) -> list[str]:
+    """The candidates most like `word` (difflib's ratio >= cutoff, within `margin` of the best), best first, <= 3."""
+    import difflib
+
+    scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in candidates), reverse=True)
+    best = scored[0][0] if scored else 0.0
+    return [c for score, c in scored if score >= cutoff and score >= best - margin][:3]
+
+
+def check_config_keys(config: dict, parser, path: str) -> None:
+    """A YAML key that is no field is a UsageError naming the file, the key and the closest fields."""
+    fields = {action.dest for action in parser._actions} - {"help"}
+    for key in config:
+        if key == "env" or key in fields:  # `env:` sets environment variables (TrlParser)
+            continue
+        close = _closest(str(key), sorted(fields))
+        hint = f"; did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else ""
+        raise UsageError(f"config file {path!r}: unknown key `{key}`{hint}")
+
+
 def _flag_value(argv: list[str], flag: str, default):
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
@@ -149,21 +203,91 @@ def _flag_value(argv: list[str], flag: str, default):
     return default
 
 
+def _user_setting(argv: list[str], config: dict, key: str):
+    """The value the user gave `key` (a flag, either spelling, wins over the YAML), or None."""
+    for flag in (f"--{key}", f"--{key.replace('_', '-')}"):
+        value = _flag_value(argv, flag, None)
+        if value is not None:
+            return value
+    return config.get(key)
+
+
+BATCH_KEYS = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
+              "generation_batch_size", "steps_per_generation")
+
+
+def fit_generation_batch(given: dict, defaults: dict, num_processes: int = 1) -> tuple[dict, str | None]:
+    """(settings to default, a line saying so) that make TRL's generation batch hold whole groups of
+    `num_generations` completions; a UsageError naming the flags when the user's own settings cannot.
+
+    TRL's generation batch is per_device_train_batch_size × processes × steps_per_generation (default: the
+    gradient accumulation steps) or `generation_batch_size`, and must be a multiple of num_generations: PPM's 16
+    against TRL's batch of 8 fails. When the user set none of gradient_accumulation_steps, generation_batch_size
+    and steps_per_generation, gradient_accumulation_steps is derived: each optimizer step trains on whole groups,
+    on-policy, with the per-device (memory) batch unchanged. `given` holds the user's values (None: not given).
+    """
+    def value(key):
+        return int(given[key]) if given.get(key) is not None else defaults.get(key)
+
+    generations, per_device = value("num_generations"), value("per_device_train_batch_size")
+    if not generations or generations < 1 or not per_device or per_device < 1:
+        return {}, None  # the configs' own checks name these
+    global_batch = per_device * num_processes
+    processes = f"{num_processes} process{'es' * (num_processes != 1)}"
+    if given.get("generation_batch_size") is not None:
+        batch, how, flag = value("generation_batch_size"), "generation_batch_size", "generation_batch_size"
+    elif given.get("steps_per_generation") is not None:
+        steps = value("steps_per_generation")
+        batch, flag = global_batch * steps, "steps_per_generation"
+        how = f"per_device_train_batch_size={per_device} × {processes} × steps_per_generation={steps}"
+    else:
+        steps = value("gradient_accumulation_steps") or 1
+        batch, flag = global_batch * steps, "gradient_accumulation_steps"
+        how = f"per_device_train_batch_size={per_device} × {processes} × gradient_accumulation_steps={steps}"
+    if batch % generations == 0:
+        return {}, None
+    fitting_steps = generations // math.gcd(global_batch, generations)
+    if all(given.get(k) is None for k in ("gradient_accumulation_steps", "generation_batch_size",
+                                          "steps_per_generation")):
+        total = global_batch * fitting_steps
+        return {"gradient_accumulation_steps": fitting_steps}, (
+            f"num_generations={generations} completions per prompt do not fit a batch of per_device_train_batch_size="
+            f"{per_device} × {processes}, so gradient_accumulation_steps={fitting_steps}: each optimizer step trains "
+            f"on {total} completions ({total // generations} prompt(s) × {generations}); set "
+            "gradient_accumulation_steps, per_device_train_batch_size or num_generations to choose otherwise")
+    fix = (f"--generation_batch_size {global_batch * fitting_steps}" if flag == "generation_batch_size"
+           else f"--{flag} {fitting_steps}")
+    raise UsageError(f"the generation batch ({how} = {batch}) must be a multiple of num_generations={generations}, "
+                     f"so that each prompt's {generations} completions are scored together; set {fix}, or "
+                     f"--per_device_train_batch_size {generations}, or a --num_generations that divides {batch}")
+
+
 def parse_train_args(argv: list[str]):
+    import dataclasses
+
     from trl import ModelConfig, TrlParser
 
     config_class = _config_class(_method_from_argv(argv))
     classes = (TrainScriptArguments, config_class, ModelConfig)
+    parser = TrlParser(classes, prog="ppm-trl train")
+    check_flags(argv, parser, "train", TRAIN_RENAMED)
     path = _config_path(argv)
     config = read_yaml_config(path) if path else {}
+    check_config_keys(config, parser, path)
     check_config_values(config, classes, path)
-    generations = _flag_value(argv, "--num_generations", config.get("num_generations"))
+    generations = _user_setting(argv, config, "num_generations")
     if generations is not None and str(generations).lstrip("-").isdigit() and int(generations) < 1:
         # TRL's own __post_init__ would die on it with a ZeroDivisionError
         raise UsageError(f"num_generations must be >= 1 (samples per prompt; GRPO needs >= 2), got {generations}")
-    parser = TrlParser(classes, prog="ppm-trl train")
     use_cpu = str(_flag_value(argv, "--use_cpu", config.get("use_cpu", False))).lower() in ("true", "1", "yes")
     parser.set_defaults(bf16=auto_bf16() and not use_cpu)  # the YAML and flags override it
+    given = {key: _user_setting(argv, config, key) for key in BATCH_KEYS}
+    if all(v is None or str(v).isdigit() for v in given.values()):  # else the parser names the bad value
+        defaults = {f.name: f.default for f in dataclasses.fields(config_class) if f.name in BATCH_KEYS}
+        derived, note = fit_generation_batch(given, defaults, int(os.environ.get("WORLD_SIZE", "1")))
+        parser.set_defaults(**derived)
+        if note and os.environ.get("RANK", "0") == "0":
+            print(f"ppm-trl train: {note}", file=sys.stderr)
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except (ValueError, TypeError) as error:  # unknown YAML keys, and TRL's / our configs' value checks
@@ -212,15 +336,71 @@ def load_train_dataset(script_args):
         check_data_file(name)
         dataset = datasets.load_dataset(kind, data_files=name, split="train")
     else:
-        dataset = datasets.load_dataset(name, script_args.dataset_config, split=script_args.dataset_train_split)
+        dataset = load_hub_dataset(name, script_args.dataset_config, script_args.dataset_train_split)
     if len(dataset) == 0:
         raise UsageError(f"dataset {name!r} has no rows")
     return dataset
 
 
+DATA_FILE_EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv", ".arrow")
+
+
+def looks_local(name: str) -> bool:
+    """A path rather than a Hub id (`org/name`): ./x, /x, ~/x, a/b/c, or a data file name such as x.jsonl."""
+    return (name.startswith((".", "/", "~")) or name.count("/") >= 2
+            or os.path.splitext(name)[1].lower() in DATA_FILE_EXTENSIONS)
+
+
+def load_hub_dataset(name: str, config: str | None, split: str):
+    """`datasets.load_dataset` of a Hub id; a path that does not exist, or a Hub that cannot provide the dataset
+    (offline, unknown id), is one UsageError instead of the Hub lookup's traceback."""
+    import datasets
+
+    if looks_local(name):
+        raise UsageError(f"dataset {name!r} does not exist (no such file or directory in {os.getcwd()}); give a "
+                         ".jsonl, .json, .parquet or .csv file, a save_to_disk directory or a Hub dataset id")
+    try:
+        return datasets.load_dataset(name, config, split=split)
+    except OSError as error:  # ConnectionError (offline), DatasetNotFoundError, FileNotFoundError
+        raise UsageError(f"dataset {name!r} is not a local file or directory, and the Hub could not provide it: "
+                         f"{_first_line(error)}{_offline_note()}") from None
+
+
+def check_model_source(name: str, flag: str) -> None:
+    """A model that is not a saved model directory and cannot come from the Hub (offline, unknown id): one
+    UsageError naming the flag, before any dataset or model is loaded."""
+    path = os.path.expanduser(name)
+    if os.path.isdir(path):
+        if not any(os.path.exists(os.path.join(path, f)) for f in ("config.json", "adapter_config.json")):
+            checkpoints = sorted(f for f in os.listdir(path) if f.startswith("checkpoint-"))
+            raise UsageError(f"{flag} {name!r} is a directory without a saved model (no config.json)"
+                             + (f"; its checkpoints: {', '.join(checkpoints)}" if checkpoints else ""))
+        return
+    if name.startswith((".", "/", "~")) or name.count("/") >= 2 or os.path.exists(path):
+        raise UsageError(f"{flag} {name!r} does not exist (no such directory in {os.getcwd()}); give a saved model "
+                         "directory or a Hub id such as Qwen/Qwen3-1.7B")
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{flag} {name!r} is not a local directory (none in {os.getcwd()}), and the Hub could not "
+                         f"provide it: {_first_line(error)}{_offline_note()}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _offline_note() -> str:
+    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE",
+                                                                                     "HF_DATASETS_OFFLINE"))
+    return " (HF_HUB_OFFLINE is set: only local files and the Hub cache are read)" if offline else ""
+
+
 def check_data_file(path: str) -> None:
     """An empty file, non-UTF-8 text or (for .jsonl) a line that is not a JSON object: a UsageError with the line."""
-    if os.path.splitext(path)[1] == ".parquet":
+    if os.path.splitext(path)[1].lower() in (".parquet", ".arrow"):  # binary formats
         return
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
@@ -306,6 +486,7 @@ def resolve_model(script_args, model_args, training_args) -> str:
     if looks_local and not os.path.exists(os.path.expanduser(name)):
         raise UsageError(f"model path {name!r} does not exist (give a local directory with config.json, "
                          "a Hub id such as Qwen/Qwen3-1.7B, or `tiny`)")
+    check_model_source(name, "--model_name_or_path")
     return resolve_model_path(os.path.expanduser(name), training_args)
 
 
@@ -372,6 +553,7 @@ def build_trainer(script_args, training_args, model_args):
         args=training_args,
         train_dataset=train_dataset,
         peft_config=get_peft_config(model_args),
+        callbacks=[log_last_step_callback()],
         **extra,
     )
 
@@ -387,14 +569,16 @@ def run_training(script_args, training_args, model_args):
 
 
 def training_summary(trainer, result, method: str) -> dict:
-    """Steps, per-step wall time (TRL's `step_time`), loss, peak GPU memory (and ARG's guidance totals)."""
+    """What `ppm-trl train` and the example scripts print when done: steps, loss, the absolute output dir, per-step
+    wall time (TRL's `step_time`), the mean of the method's metrics, peak GPU memory (and ARG's guidance totals)."""
     import torch
 
     history = trainer.state.log_history
     summary = {"method": method, "steps": result.global_step, "train_loss": result.training_loss,
+               "output_dir": os.path.abspath(trainer.args.output_dir),
+               "metrics_mean": method_metrics_mean(history),
                "train_runtime_s": result.metrics.get("train_runtime"),
-               "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry],
-               "output_dir": trainer.args.output_dir}
+               "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry]}
     selector = getattr(trainer, "prefix_selector", None)
     if selector is not None:
         summary["guidance_totals"] = {
@@ -418,7 +602,7 @@ def run_example(method: str, argv: list[str] | None = None) -> dict:
     trainer, result = run_training(script_args, training_args, model_args)
     summary = training_summary(trainer, result, method)
     if trainer.accelerator.is_main_process:
-        print(f"train_{method}: done " + json.dumps(summary), flush=True)
+        report_done(f"train_{method}", summary, trainer, script_args)
     return summary
 
 
@@ -426,10 +610,72 @@ def train(argv: list[str]) -> None:
     script_args, training_args, model_args = parse_train_args(argv)
     trainer, result = run_training(script_args, training_args, model_args)
     if trainer.accelerator.is_main_process:
-        summary = {"method": script_args.method, "steps": result.global_step, "train_loss": result.training_loss,
-                   "output_dir": training_args.output_dir,
-                   "metrics_mean": method_metrics_mean(trainer.state.log_history)}
-        print("ppm-trl train: done " + json.dumps(summary))
+        report_done("ppm-trl train", training_summary(trainer, result, script_args.method), trainer, script_args)
+
+
+def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
+    """`<prefix>: done {json}` on stdout; on stderr a warning when nothing was learned, and the `eval` to run next."""
+    print(f"{prefix}: done " + json.dumps(summary), flush=True)
+    problem = nothing_learned(trainer.state.log_history, trainer.args)
+    if problem:
+        print(f"{prefix}: warning: nothing was learned: {problem}", file=sys.stderr)
+    print(f"{prefix}: evaluate with: {eval_command(summary['output_dir'], script_args)}", file=sys.stderr, flush=True)
+
+
+def eval_command(output_dir: str, script_args) -> str:
+    """The `ppm-trl eval` line for a trained model: the env on held-out seeds, or the user's held-out data."""
+    import shlex
+
+    if script_args.env_name:
+        data = f"--env {script_args.env_name} --env_n {script_args.env_n}"
+    else:
+        data = "--dataset_name HELD_OUT_DATA" + "".join(
+            f" --{flag} {shlex.quote(value)}" for flag, value in (("problem_column", script_args.problem_column),
+                                                                  ("answer_column", script_args.answer_column)) if value)
+    return f"ppm-trl eval --model {shlex.quote(output_dir)} {data} --num_samples 8 --k 1 8"
+
+
+def nothing_learned(history: list[dict], args) -> str | None:
+    """Why no gradient reached the model, from the logged metrics; None when it learned (or nothing was logged).
+
+    Every logged grad norm 0, or every completion filtered out of the loss: truncated completions masked
+    (`mask_truncated_completions`), or every group of PPM with zero advantage (`filter_zero_advantage_groups`).
+    """
+    def values(key):
+        return [entry[key] for entry in history if isinstance(entry.get(key), (int, float))]
+
+    reasons = []
+    clipped = values("completions/clipped_ratio")
+    if clipped and min(clipped) >= 1.0 and getattr(args, "mask_truncated_completions", False):
+        reasons.append(f"every completion reached max_completion_length={args.max_completion_length} and was masked "
+                       "out of the loss (mask_truncated_completions); raise max_completion_length, or set "
+                       "mask_truncated_completions false")
+    filtered = values("ppm/frac_rows_filtered")
+    if filtered and min(filtered) >= 1.0:
+        reasons.append("every group had zero advantage (all its completions earned the same rewards) and was "
+                       "dropped (filter_zero_advantage_groups); check the reward and judge metrics")
+    norms = values("grad_norm")
+    if norms and max(norms) == 0.0 and not reasons:
+        same = values("frac_reward_zero_std")
+        reasons.append("every logged grad_norm is 0" + (
+            "; every prompt's completions earned the same reward (frac_reward_zero_std = 1)"
+            if same and min(same) >= 1.0 else ""))
+    return "; ".join(reasons) or None
+
+
+def log_last_step_callback():
+    """A callback that logs the last step when it is not a logging step: TRL's metrics since the last log would be
+    dropped, and the `done` summary of a run shorter than `logging_steps` would have none."""
+    from transformers import TrainerCallback
+
+    class LogLastStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if (state.global_step >= state.max_steps and args.logging_strategy == "steps"
+                    and state.global_step % state.logging_steps):
+                control.should_log = True
+            return control
+
+    return LogLastStep()
 
 
 def method_metrics_mean(history: list[dict]) -> dict[str, float]:
@@ -488,11 +734,15 @@ class EvalArguments:
 def parse_eval_args(argv: list[str]) -> EvalArguments:
     from trl import TrlParser
 
+    parser = TrlParser((EvalArguments,), prog="ppm-trl eval")
+    check_flags(argv, parser, "eval", EVAL_RENAMED)
     path = _config_path(argv)
     if path:
-        check_config_values(read_yaml_config(path), (EvalArguments,), path)
+        config = read_yaml_config(path)
+        check_config_keys(config, parser, path)
+        check_config_values(config, (EvalArguments,), path)
     try:
-        (args,) = TrlParser((EvalArguments,), prog="ppm-trl eval").parse_args_and_config(argv)
+        (args,) = parser.parse_args_and_config(argv)
     except UsageError:
         raise
     except (ValueError, TypeError) as error:
@@ -513,6 +763,7 @@ def evaluate(argv: list[str]) -> dict:
                                   answer_column=args.answer_column)
     source = args.dataset_name or f"env {args.env_name!r}"
     reward = "env_outcome" if args.env_name else "accuracy"
+    check_model_source(args.model, "--model")
     dataset = prepare_dataset(script, None, load_train_dataset(script), [reward], source)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     backend = args.backend

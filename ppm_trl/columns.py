@@ -67,6 +67,36 @@ def boxed_reference(value: Any) -> str:
     return _GSM8K_ANSWER.sub(lambda m: "\\boxed{" + gsm8k_answer(m.group(0)) + "}", text)
 
 
+def is_chat(value: Any) -> bool:
+    """A conversational cell: a non-empty list of {"role", "content"} messages."""
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(m, dict) and "role" in m and "content" in m for m in value))
+
+
+def _last_user_turn(messages: list[dict], column: str, row: int) -> int:
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        raise ValueError(f"column {column!r}, row {row}: a chat without a user turn (roles "
+                         f"{[m.get('role') for m in messages]}); the problem is read from the last user turn")
+    return users[-1]
+
+
+def chat_prompt(messages: list[dict], column: str = "prompt", row: int = 0) -> list[dict]:
+    """The conversation up to and including its last user turn: the reply to it (the solution) is never prompt."""
+    return list(messages[: _last_user_turn(messages, column, row) + 1])
+
+
+def chat_reply(messages: list[dict], column: str = "messages", row: int = 0) -> str:
+    """The text of the assistant turn(s) after the last user turn: the chat's worked solution."""
+    replies = [m["content"] for m in messages[_last_user_turn(messages, column, row) + 1 :]
+               if m.get("role") == "assistant" and isinstance(m["content"], str) and m["content"].strip()]
+    if not replies:
+        raise ValueError(f"column {column!r}, row {row}: no assistant turn after the last user turn (roles "
+                         f"{[m.get('role') for m in messages]}), so no solution to read; name a column that "
+                         "holds the solution")
+    return "\n".join(replies)
+
+
 def map_columns(dataset, problem_column: str | None = None, answer_column: str | None = None,
                 reference_column: str | None = None, source: str = "the dataset"):
     """(dataset with `prompt`/`answer`/`reference` built from the named columns, list of report lines).
@@ -82,21 +112,32 @@ def map_columns(dataset, problem_column: str | None = None, answer_column: str |
     # Read every source column before writing any: `--reference_column answer` + the `answer` gold both read `answer`.
     new: dict[str, list] = {}
     report: list[str] = []
-    if problem_column is not None:
-        new["prompt"] = [[{"role": "user", "content": _text(v, problem_column, i)}]
-                         for i, v in enumerate(dataset[problem_column])]
+    prompt_source = problem_column or ("prompt" if "prompt" in columns else None)
+    if prompt_source is not None:
+        cells = dataset[prompt_source]
+        prompts = [chat_prompt(v, prompt_source, i) if is_chat(v) else
+                   v if prompt_source == "prompt" and problem_column is None else
+                   [{"role": "user", "content": _text(v, prompt_source, i)}] for i, v in enumerate(cells)]
+        cut = sum(is_chat(v) and len(p) < len(v) for v, p in zip(cells, prompts))
+        if cut:  # a chat's reply to its last user turn is the solution: training on it as prompt would leak it
+            report.append(f"prompts from the chats in column {prompt_source!r}: {cut} of {len(cells)} end with a reply "
+                          "after the last user turn, left out of the prompt")
+        if problem_column is not None or cut:
+            new["prompt"] = prompts
+    references = _replies(dataset[reference_column or "reference"], reference_column or "reference") if (
+        reference_column or "reference" in columns) else []
     if reference_column is not None:
-        new["reference"] = [boxed_reference(_text(v, reference_column, i))
-                            for i, v in enumerate(dataset[reference_column])]
-    elif "reference" in columns and any(isinstance(v, str) and v != boxed_reference(v) for v in dataset["reference"]):
-        new["reference"] = [boxed_reference(v) if isinstance(v, str) else v for v in dataset["reference"]]
+        new["reference"] = [boxed_reference(_text(v, reference_column, i)) for i, v in enumerate(references)]
+    elif "reference" in columns and (references != dataset["reference"] or any(
+            isinstance(v, str) and v != boxed_reference(v) for v in references)):  # chats, or GSM8K final lines
+        new["reference"] = [boxed_reference(v) if isinstance(v, str) else v for v in references]
     if "reference" in new:
-        converted = sum(a != b for a, b in zip(dataset[reference_column or "reference"], new["reference"]))
+        converted = sum(a != b for a, b in zip(references, new["reference"]))
         if converted:
             report.append(f"references: {converted} GSM8K `#### x` final lines read as `\\boxed{{x}}`")
     answer_source = answer_column or ("answer" if "answer" in columns else None)
     if answer_source is not None:
-        values = dataset[answer_source]
+        values = _replies(dataset[answer_source], answer_source)
         golds = [gold_answer(v) for v in values]
         missing = [i for i, g in enumerate(golds) if g is None]
         if missing:
@@ -118,9 +159,17 @@ def map_columns(dataset, problem_column: str | None = None, answer_column: str |
     return dataset, report
 
 
+def _replies(values: list, column: str) -> list:
+    """A chat column read as its solutions (the reply to the last user turn); other columns as they are."""
+    return [chat_reply(v, column, i) if is_chat(v) else v for i, v in enumerate(values)]
+
+
 def _text(value: Any, column: str, row: int) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"column {column!r}, row {row}: expected a non-empty string, got {value!r:.80}")
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise ValueError(f"column {column!r}, row {row}: expected a non-empty string or a chat (a list of "
+                         f"{{'role', 'content'}} messages), got {type(value).__name__} {shown}")
     return value
 
 
@@ -162,8 +211,8 @@ def check_required_columns(dataset, needs: dict[str, str], source: str = "the da
 
 def _guess(column: str, columns: list[str]) -> str | None:
     flag = {"prompt": "--problem_column", "answer": "--answer_column", "reference": "--reference_column"}.get(column)
-    candidates = {"prompt": ("problem", "question", "query", "input"),
-                  "answer": ("final_answer", "solution", "target", "label"),
-                  "reference": ("solution", "answer", "rationale", "reference_solution")}.get(column, ())
+    candidates = {"prompt": ("problem", "question", "query", "input", "messages"),
+                  "answer": ("final_answer", "solution", "target", "label", "messages"),
+                  "reference": ("solution", "answer", "rationale", "reference_solution", "messages")}.get(column, ())
     name = next((name for name in candidates if name in columns), None)
     return f"`{flag} {name}`" if name else None

@@ -38,7 +38,7 @@ import re
 import sys
 from typing import Any
 
-from ppm_trl.columns import boxed_reference, gsm8k_answer
+from ppm_trl.columns import boxed_reference, chat_prompt, chat_reply, gsm8k_answer, is_chat
 from ppm_trl.judge import LiteLLMJudge, final_answer_of
 from ppm_trl.judge import loop as judge_loop
 from ppm_trl.judge.tasks import REQUEST_ERROR, JudgeFailure
@@ -99,6 +99,8 @@ def load_rows(args: argparse.Namespace):
     """The dataset split named by the arguments (a `datasets.Dataset`)."""
     import datasets
 
+    from ppm_trl.cli import check_data_file, load_hub_dataset
+
     path = args.dataset
     extension = os.path.splitext(path)[1].lower()
     if os.path.isdir(path):
@@ -106,14 +108,17 @@ def load_rows(args: argparse.Namespace):
         if isinstance(loaded, datasets.DatasetDict):
             if args.split not in loaded:
                 raise ValueError(f"--split {args.split!r} is not in {path}; available splits: {sorted(loaded)}")
+            print(f"prepare: split {args.split!r} of {path} (its splits: {', '.join(loaded)}; choose with --split)")
             loaded = loaded[args.split]
     elif os.path.isfile(path) and extension in _DATA_FILE_FORMATS:
+        check_data_file(path)  # an empty, non-UTF-8 or broken file is named with its line
         loaded = datasets.load_dataset(_DATA_FILE_FORMATS[extension], data_files=path, split="train")
     elif os.path.exists(path):
         raise ValueError(f"--dataset {path!r}: unsupported file type; accepted: a save_to_disk directory or "
                          f"{sorted(_DATA_FILE_FORMATS)}")
     else:
-        loaded = datasets.load_dataset(path, args.config_name, split=args.split)
+        loaded = load_hub_dataset(path, args.config_name, args.split)
+        print(f"prepare: split {args.split!r} of the Hub dataset {path} (choose with --split)")
     if args.limit is not None:
         if args.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {args.limit}")
@@ -156,9 +161,18 @@ def check_columns(dataset, args: argparse.Namespace) -> None:
         if column not in dataset.column_names:
             raise ValueError(f"{flag} {column!r} is not a column of {args.dataset}; columns: {dataset.column_names}")
     for index, reference in enumerate(dataset[args.reference_column]):
-        if not isinstance(reference, str) or not reference.strip():
+        if is_chat(reference):
+            chat_reply(reference, args.reference_column, index)  # a chat without a reply is named here
+        elif not isinstance(reference, str) or not reference.strip():
+            shown = repr(reference) if len(repr(reference)) <= 80 else repr(reference)[:77] + "..."
             raise ValueError(f"row {index}: column {args.reference_column!r} must be a non-empty reference solution "
-                             f"text, got {reference!r:.200}")
+                             f"text or a chat whose assistant turn is the solution, got {type(reference).__name__} "
+                             f"{shown}")
+
+
+def solution_text(value: Any, column: str, index: int) -> Any:
+    """A chat cell read as its solution (the assistant turn after the last user turn); other cells as they are."""
+    return chat_reply(value, column, index) if is_chat(value) else value
 
 
 def work_dir_of(args: argparse.Namespace) -> str:
@@ -192,16 +206,20 @@ def read_progress(path: str, meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return done
 
 
-def answer_of(row: dict[str, Any], args: argparse.Namespace) -> tuple[str | None, str]:
+def answer_of(row: dict[str, Any], args: argparse.Namespace, index: int = 0) -> tuple[str | None, str]:
     """(gold final answer or None, where it came from: the column name, 'boxed', 'gsm8k' or 'none')."""
     if args.answer_column is not None:
         value = row[args.answer_column]
+        if is_chat(value):  # the assistant turn is a worked solution: its final answer, as for a reference
+            reply = chat_reply(value, args.answer_column, index)
+            return (final_answer_of(reply) or gsm8k_answer(reply)), args.answer_column
         text = "" if value is None else str(value).strip()
         return (text or None), args.answer_column
-    boxed = final_answer_of(row[args.reference_column])
+    reference = solution_text(row[args.reference_column], args.reference_column, index)
+    boxed = final_answer_of(reference)
     if boxed is not None:
         return boxed, "boxed"
-    gsm8k = gsm8k_answer(row[args.reference_column])
+    gsm8k = gsm8k_answer(reference)
     return (gsm8k, "gsm8k") if gsm8k is not None else (None, "none")
 
 
@@ -333,7 +351,7 @@ def run_prepare(args: argparse.Namespace):
     done = read_progress(progress_path, meta)
     rows = dataset.to_list()
     problems = [problem_of(row[args.problem_column], args.problem_column, index) for index, row in enumerate(rows)]
-    answers, sources = zip(*(answer_of(row, args) for row in rows)) if rows else ((), ())
+    answers, sources = zip(*(answer_of(row, args, index) for index, row in enumerate(rows))) if rows else ((), ())
     print(f"prepare: {describe_answers(list(sources), args)}")
     if rows and not any(answers):
         raise ValueError(f"no final answer found in any row of {args.dataset}: "
@@ -350,7 +368,8 @@ def run_prepare(args: argparse.Namespace):
         if column in dataset.column_names and f"original_{column}" in dataset.column_names:
             raise ValueError(f"the input has both {column!r} and 'original_{column}' columns: prepare writes its own "
                              f"{column!r} and keeps an input one as 'original_{column}'; rename or drop one of them")
-    jobs = [(index, problems[index], rows[index][args.reference_column], answers[index])
+    references = [solution_text(row[args.reference_column], args.reference_column, i) for i, row in enumerate(rows)]
+    jobs = [(index, problems[index], references[index], answers[index])
             for index in range(len(rows)) if index not in done and index not in failures]
     print(f"prepare: {len(rows)} rows, {len(done)} already done in {progress_path}, {len(jobs)} to prepare")
     duplicates = len(jobs) - len(duplicate_groups(jobs))
@@ -405,7 +424,7 @@ def run_prepare(args: argparse.Namespace):
         "answer": [answers[i] for i in keep],
         # The same rule as `train --reference_column` on the raw file: a GSM8K `#### 72` line becomes `\boxed{72}`
         # (ARG needs the final-answer marker in the reference; PAPO's judge reads it as the answer).
-        "reference": [boxed_reference(rows[i][args.reference_column]) for i in keep],
+        "reference": [boxed_reference(references[i]) for i in keep],
     }
     for column in WRITTEN_COLUMNS:
         if column in prepared.column_names and prepared[column] == written[column]:
@@ -438,14 +457,37 @@ _WRITTEN_HELP = {"prompt": "the conversational problem", "answer": "the gold fin
 
 
 def _conversational(cell: Any, problem: str) -> list[dict[str, str]]:
-    """The `prompt` a trainer takes: a chat cell as it is, plain text as one user message."""
-    return cell if isinstance(cell, list) else [{"role": "user", "content": problem}]
+    """The `prompt` a trainer takes: a chat cell up to its last user turn (a reply after it is the solution, never
+    a prompt), plain text as one user message."""
+    return chat_prompt(cell) if is_chat(cell) else [{"role": "user", "content": problem}]
+
+
+# `train`/`eval` spellings a user brings to `prepare`: named, not guessed.
+PREPARE_RENAMED = {"--dataset-name": "--dataset", "--dataset-train-split": "--split", "--output-dir": "--out",
+                   "--out-dir": "--out", "--judge-api-base": "--api-base"}
+
+
+def normalize_flags(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """`--problem_column` (train's spelling) is read as `--problem-column`; an unknown flag is a ValueError with
+    the closest known flags, before anything is loaded."""
+    from ppm_trl.cli import check_flags
+
+    known = parser._option_string_actions
+    out = []
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        dashed = flag.replace("_", "-")
+        if arg.startswith("--") and flag not in known and (dashed in known or dashed in PREPARE_RENAMED):
+            arg = dashed + eq + value
+        out.append(arg)
+    check_flags(out, parser, "prepare", PREPARE_RENAMED)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = add_prepare_arguments(argparse.ArgumentParser(
         prog="ppm-trl prepare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
-    args = parser.parse_args(argv)
+    args = parser.parse_args(normalize_flags(list(sys.argv[1:] if argv is None else argv), parser))
     try:
         run_prepare(args)
     except PrepareInterrupted as interrupted:

@@ -4,6 +4,7 @@ judge failures exit 1; `--debug` and genuine bugs keep their traceback (issue #1
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -209,3 +210,235 @@ def test_train_against_an_unreachable_judge_fails_fast_with_exit_1(tmp_path, cap
     err = _fails(capsys, "train", "--config", str(config), code=1)
     assert "judge model 'hosted_vllm/x' at api_base=http://127.0.0.1:9/v1 cannot be used" in err
     assert not (tmp_path / "out" / "model.safetensors").exists()  # nothing trained
+
+
+# ------------------------------------------------------------------ issue #23: data and model a user types in
+@pytest.mark.parametrize("name,expected", [
+    ("nosuch.jsonl", "dataset 'nosuch.jsonl' does not exist (no such file or directory in"),
+    ("./data/nosuch", "dataset './data/nosuch' does not exist"),
+    ("data/prepared/gsm8k", "dataset 'data/prepared/gsm8k' does not exist"),
+    ("someone/nosuch-dataset", "dataset 'someone/nosuch-dataset' is not a local file or directory, and the Hub "
+                               "could not provide it"),
+])
+def test_a_dataset_that_does_not_exist_is_one_line(tmp_path, capsys, monkeypatch, name, expected):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    err = _fails(capsys, "train", "--config", str(_config(tmp_path, dataset_name=name)))
+    assert expected in err and MISSING_MODEL not in err
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    err = _fails(capsys, "eval", "--model", str(tmp_path / "model"), "--dataset_name", name)
+    assert expected in err
+
+
+@pytest.mark.parametrize("model,expected", [
+    ("outputs/nosuch", "--model 'outputs/nosuch' is not a local directory (none in"),
+    ("./outputs/nosuch", "--model './outputs/nosuch' does not exist (no such directory in"),
+    ("someone/nosuch-model", "the Hub could not provide it"),
+])
+def test_eval_of_a_model_that_does_not_exist_is_one_line(tmp_path, capsys, monkeypatch, model, expected):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    err = _fails(capsys, "eval", "--model", model, "--env", "multi_add")
+    assert expected in err
+    if "Hub" in expected:
+        assert "HF_HUB_OFFLINE is set" in err
+
+
+def test_eval_of_a_directory_without_a_model_names_its_checkpoints(tmp_path, capsys):
+    (tmp_path / "run" / "checkpoint-100").mkdir(parents=True)
+    err = _fails(capsys, "eval", "--model", str(tmp_path / "run"), "--env", "multi_add")
+    assert "is a directory without a saved model (no config.json); its checkpoints: checkpoint-100" in err
+
+
+def test_train_with_a_hub_model_id_that_cannot_be_had_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = _jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1?", "answer": "2"}])
+    err = _fails(capsys, "train", "--config", str(_config(tmp_path, dataset_name=str(data),
+                                                          model_name_or_path="outputs/nosuch")))
+    assert "--model_name_or_path 'outputs/nosuch' is not a local directory" in err
+
+
+def _prepare(tmp_path, data, *extra):
+    return ("prepare", "--dataset", str(data), "--reference-column", "answer", "--judge-model", "hosted_vllm/x",
+            "--api-base", "http://127.0.0.1:9/v1", "--out", str(tmp_path / "prepared"), *extra)
+
+
+@pytest.mark.parametrize("content,expected", [
+    (b"", "data file '{}' is empty"),
+    (b"\n\n", "data file '{}' is empty"),
+    (b'{"question": "q", "answer": "#### 1"}\n{"question": "caf\xe9", "answer": "#### 2"}\n',
+     "data file '{}', line 2: not UTF-8 text"),
+    (b'{"question": "q", "answer": "#### 1"}\n{"question": \n', "data file '{}', line 2: not valid JSON"),
+])
+def test_prepare_names_a_bad_data_file(tmp_path, capsys, content, expected):
+    data = tmp_path / "data.jsonl"
+    data.write_bytes(content)
+    err = _fails(capsys, *_prepare(tmp_path, data))
+    assert expected.format(data) in err
+
+
+def test_prepare_of_a_missing_file_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    err = _fails(capsys, *_prepare(tmp_path, "gsm8k_typo.jsonl"))
+    assert "dataset 'gsm8k_typo.jsonl' does not exist" in err
+
+
+def test_prepare_says_which_split_it_read(tmp_path, capsys):
+    import argparse
+
+    import datasets
+
+    from ppm_trl.prepare import load_rows
+
+    path = tmp_path / "dd"
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"q": ["a", "b"]}),
+                          "test": datasets.Dataset.from_dict({"q": ["c"]})}).save_to_disk(str(path))
+    rows = load_rows(argparse.Namespace(dataset=str(path), split="test", config_name=None, limit=None))
+    assert rows["q"] == ["c"]
+    assert f"prepare: split 'test' of {path} (its splits: train, test; choose with --split)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- flag typos, before validation
+@pytest.mark.parametrize("argv,expected", [
+    (["eval", "--modle", "x", "--env", "multi_add"], "unknown flag --modle; did you mean --model?"),
+    (["eval", "--model", "x", "--num_smaples", "4"], "unknown flag --num_smaples; did you mean --num_samples?"),
+    (["eval", "--model", "x", "--num_sample", "1", "--env", "multi_add"], "--k 8: pass@k needs"),  # a prefix: accepted
+    (["train", "--method", "ppm", "--num_segmnets", "2"], "unknown flag --num_segmnets; did you mean --num_segments?"),
+    (["train", "--lerning_rate=1e-5"], "unknown flag --lerning_rate; did you mean --learning_rate?"),
+    # reported before the configs validate the (invalid) values around it
+    (["train", "--num_generations", "0", "--output_dri", "x"], "unknown flag --output_dri; did you mean --output_dir?"),
+    (["eval", "--k", "9", "--num_samples", "2", "--modell", "x"], "did you mean --model?"),
+    (["train", "--xyzzy", "1"], "unknown flag --xyzzy; `ppm-trl train --help` lists the flags"),
+    (["train", "--split", "test"], "unknown flag --split: `ppm-trl train` spells it --dataset_train_split"),
+    (["eval", "--model", "x", "--dataset_train_split", "test"], "`ppm-trl eval` spells it --split"),
+    (["eval", "--model_name_or_path", "x"], "`ppm-trl eval` spells it --model"),
+])
+def test_mistyped_flags_are_named_with_a_suggestion(capsys, argv, expected):
+    assert expected in _fails(capsys, *argv)
+
+
+def test_mistyped_yaml_key_is_named_with_a_suggestion(tmp_path, capsys):
+    err = _fails(capsys, "train", "--config", str(_config(tmp_path, num_generatoins=4, num_generations=0)))
+    assert f"config file '{tmp_path / 'config.yaml'}': unknown key `num_generatoins`; did you mean " \
+           "`num_generations`" in err
+    path = tmp_path / "eval.yaml"
+    path.write_text("modle: x\nenv_name: multi_add\n")
+    assert "unknown key `modle`; did you mean `model`?" in _fails(capsys, "eval", "--config", str(path))
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--refrence-column", "answer"], "unknown flag --refrence-column; did you mean --reference-column?"),
+    (["--dataset_name", "x"], "unknown flag --dataset-name: `ppm-trl prepare` spells it --dataset"),
+    (["--dataset_train_split", "x"], "`ppm-trl prepare` spells it --split"),
+])
+def test_prepare_flag_typos(tmp_path, capsys, argv, expected):
+    data = _jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    assert expected in _fails(capsys, *_prepare(tmp_path, data, *argv))
+
+
+def test_prepare_reads_trains_underscore_spellings(tmp_path, capsys):
+    data = _jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
+    err = _fails(capsys, "prepare", "--dataset", str(data), "--problem_column", "questions", "--reference_column",
+                 "answer", "--judge_model", "hosted_vllm/x", "--out", str(tmp_path / "p"))
+    assert "--problem-column 'questions' is not a column of" in err  # parsed: the column is what is wrong
+
+
+# ------------------------------------------------------------------------- the generation batch (item 8)
+def test_ppm_defaults_train_with_a_fitted_batch(tmp_path, capsys):
+    _, args, _ = cli.parse_train_args(["--method", "ppm", "--output_dir", str(tmp_path), "--use_cpu", "true"])
+    assert (args.num_generations, args.per_device_train_batch_size) == (16, 8)  # PPM's and TRL's defaults
+    assert args.gradient_accumulation_steps == 2 and args.generation_batch_size == 16
+    assert "so gradient_accumulation_steps=2: each optimizer step trains on 16 completions (1 prompt(s) × 16)" \
+        in capsys.readouterr().err
+    _, args, _ = cli.parse_train_args(["--method", "ppm", "--output_dir", str(tmp_path), "--use_cpu", "true",
+                                       "--per_device_train_batch_size", "6"])
+    assert args.gradient_accumulation_steps == 8 and args.generation_batch_size == 48  # 3 prompts × 16
+    capsys.readouterr()
+    _, args, _ = cli.parse_train_args(["--method", "grpo", "--output_dir", str(tmp_path), "--use_cpu", "true"])
+    assert args.gradient_accumulation_steps == 1  # what fits is left alone
+    assert "gradient_accumulation_steps" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,fix", [
+    (["--gradient_accumulation_steps", "1"], "gradient_accumulation_steps=1 = 8) must be a multiple of "
+                                             "num_generations=16, so that each prompt's 16 completions are scored "
+                                             "together; set --gradient_accumulation_steps 2, or "
+                                             "--per_device_train_batch_size 16, or a --num_generations that divides 8"),
+    (["--generation_batch_size", "24"], "(generation_batch_size = 24) must be a multiple of num_generations=16"),
+    (["--generation_batch_size", "24"], "set --generation_batch_size 16"),
+    (["--steps_per_generation", "3"], "set --steps_per_generation 2"),
+])
+def test_a_batch_the_user_set_that_cannot_fit_names_the_flags(tmp_path, capsys, extra, fix):
+    err = _fails(capsys, "train", "--method", "ppm", "--output_dir", str(tmp_path), "--use_cpu", "true", *extra)
+    assert fix in err and "generation_batch_size (8) must be divisible" not in err
+
+
+def test_fit_generation_batch_counts_the_processes():
+    defaults = {"num_generations": 16, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+    unset = dict.fromkeys(cli.BATCH_KEYS)
+    assert cli.fit_generation_batch(unset, defaults, num_processes=2) == ({}, None)  # 8 × 2 = 16
+    assert cli.fit_generation_batch({**unset, "num_generations": "12"}, defaults, num_processes=3) == ({}, None)
+    derived, note = cli.fit_generation_batch({**unset, "num_generations": "12"}, defaults, num_processes=1)
+    assert derived == {"gradient_accumulation_steps": 3} and "8 × 1 process," in note  # 24 = 2 prompts × 12
+
+
+# ----------------------------------------------------------------------------------------- the done line
+class _Args:
+    output_dir = "outputs/run"
+    mask_truncated_completions = True
+    max_completion_length = 64
+
+
+@pytest.mark.parametrize("history,reason", [
+    ([{"completions/clipped_ratio": 1.0, "grad_norm": 0.0}] * 2,
+     "every completion reached max_completion_length=64 and was masked out of the loss"),
+    ([{"ppm/frac_rows_filtered": 1.0, "grad_norm": 0.0}], "every group had zero advantage"),
+    ([{"grad_norm": 0.0, "frac_reward_zero_std": 1.0}], "every logged grad_norm is 0; every prompt's completions"),
+    ([{"grad_norm": 0.0}, {"grad_norm": 0.3}], None),
+    ([{"completions/clipped_ratio": 1.0}, {"completions/clipped_ratio": 0.5}], None),
+    ([], None),
+])
+def test_nothing_learned_names_why(history, reason):
+    found = cli.nothing_learned(history, _Args())
+    assert (found is None) if reason is None else (reason in found)
+
+
+def test_done_line_is_absolute_points_to_eval_and_warns(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+
+    class Trainer:
+        args = _Args()
+
+        class state:  # noqa: N801
+            log_history = [{"completions/clipped_ratio": 1.0, "ppm/final_progress": 0.5, "step_time": 1.0}]
+
+    class Result:
+        global_step, training_loss, metrics = 2, 0.0, {"train_runtime": 3.0}
+
+    summary = cli.training_summary(Trainer(), Result(), "ppm")
+    assert summary["output_dir"] == str(tmp_path / "outputs" / "run")
+    assert summary["metrics_mean"] == {"ppm/final_progress": 0.5} and summary["step_time_s"] == [1.0]
+    script = cli.TrainScriptArguments(method="ppm", dataset_name="data/gsm8k", problem_column="question")
+    cli.report_done("ppm-trl train", summary, Trainer(), script)
+    out, err = capsys.readouterr()
+    assert json.loads(out.split("ppm-trl train: done ", 1)[1]) == summary
+    assert "ppm-trl train: warning: nothing was learned: every completion reached max_completion_length=64" in err
+    assert (f"ppm-trl train: evaluate with: ppm-trl eval --model {tmp_path / 'outputs' / 'run'} --dataset_name "
+            "HELD_OUT_DATA --problem_column question") in err
+    env = cli.TrainScriptArguments(env_name="multi_add", env_n=3)
+    assert "--env multi_add --env_n 3" in cli.eval_command("/x", env)
+
+
+def test_litellm_reads_its_local_price_map_when_offline():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    code = ("import os; from ppm_trl.judge.transport import import_litellm; import_litellm(); "
+            "print(os.environ['LITELLM_LOCAL_MODEL_COST_MAP'])")
+    result = subprocess.run([sys.executable, "-c", code], env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True,
+                            text=True, timeout=300)
+    assert result.stdout.strip() == "True", result.stderr[-2000:]
+    assert "Failed to fetch remote model cost map" not in result.stderr

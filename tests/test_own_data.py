@@ -16,7 +16,7 @@ import pytest
 from judge_server import JudgeServer, scripted_judge
 from test_readme import readme_block
 
-pytestmark = pytest.mark.slow  # 9 CLI runs, each importing torch + TRL: about 3 minutes on 2 cores
+pytestmark = pytest.mark.slow  # 11 CLI runs, each importing torch + TRL: several minutes on 2 cores
 
 ENTRY_POINT = Path(sys.executable).parent / "ppm-trl"
 GSM8K = [{"question": f"Natalia sold {n} clips in April and half as many in May. How many in all?",
@@ -47,21 +47,22 @@ def test_readme_own_data_commands(tmp_path):
     _jsonl(tmp_path / "math.jsonl", MATH)
     _jsonl(tmp_path / "gsm8k_test.jsonl", GSM8K[:3])
     _jsonl(tmp_path / "math_test.jsonl", MATH[:3])
+    settings = readme_block("Train on your own data", "bash", index=0)
     commands = readme_block("Train on your own data", "bash", index=1)
-    with JudgeServer(responder=grading_judge, max_lifetime=1200) as server:
-        env = {key: value for key, value in os.environ.items() if not key.endswith("_API_KEY")}  # a local judge
-        env.update(
-            PATH=f"{ENTRY_POINT.parent}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-            WANDB_MODE="disabled", LITELLM_LOCAL_MODEL_COST_MAP="True", HF_DATASETS_DISABLE_PROGRESS_BARS="1",
-            MODEL="--model_name_or_path tiny --use_cpu true",
-            PREPARE_JUDGE=f"--judge-model hosted_vllm/scripted-judge --api-base {server.api_base} --no-progress",
-            TRAIN_JUDGE=f"--judge_model hosted_vllm/scripted-judge --judge_api_base {server.api_base}",
-            RUN="--max_steps 2 --per_device_train_batch_size 8 --num_generations 8 --max_completion_length 24 "
-                "--logging_steps 1 --report_to none --save_strategy no --disable_tqdm true",
-            SAMPLES="--num_samples 2 --k 1 2 --max_new_tokens 8",
-        )
-        result = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=1200)
+    with JudgeServer(responder=grading_judge, max_lifetime=1800) as server:
+        # The README's settings and commands as written; the test only points the model and the judges at the tiny
+        # model and the loopback server, and appends `--max_steps 2` to RUN.
+        test_settings = (
+            'MODEL="--model_name_or_path tiny --use_cpu true"\n'
+            f'PREPARE_JUDGE="--judge-model hosted_vllm/scripted-judge --api-base {server.api_base}"\n'
+            f'TRAIN_JUDGE="--judge_model hosted_vllm/scripted-judge --judge_api_base {server.api_base}"\n'
+            'RUN="$RUN --max_steps 2"\n')
+        env = {key: value for key, value in os.environ.items()
+               if not key.endswith("_API_KEY") and key != "LITELLM_LOCAL_MODEL_COST_MAP"}  # a local judge
+        env.update(PATH=f"{ENTRY_POINT.parent}{os.pathsep}{env['PATH']}", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+                   WANDB_MODE="disabled", HF_DATASETS_DISABLE_PROGRESS_BARS="1")
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", settings + test_settings + commands], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
 
     import datasets
@@ -79,6 +80,12 @@ def test_readme_own_data_commands(tmp_path):
         ("ppm", "ppm_gsm8k"), ("papo", "papo_gsm8k"), ("arg", "arg_gsm8k"),
         ("ppm", "ppm_math"), ("papo", "papo_math"), ("arg", "arg_math"), ("arg", "arg_gsm8k_raw")]
     assert all(d["steps"] == 2 for d in done)
+    assert all(Path(d["output_dir"]).is_absolute() for d in done)
+    # PPM's 16 generations against TRL's batch of 8: the CLI fitted the batch and said so
+    assert result.stderr.count("so gradient_accumulation_steps=2: each optimizer step trains on 16 completions") == 2  # ppm ×2
+    pointers = [line for line in result.stderr.splitlines() if line.startswith("ppm-trl train: evaluate with: ")]
+    assert len(pointers) == 7 and f"--model {tmp_path / 'outputs' / 'ppm_gsm8k'} --dataset_name" in pointers[0]
+    assert "Failed to fetch remote model cost map" not in result.stderr  # offline: LiteLLM's local price map
     for ppm in (done[0], done[3]):  # the judge graded the rollouts, and some reached a point
         assert ppm["metrics_mean"]["ppm/final_progress"] > 0, ppm
         assert ppm["metrics_mean"].get("ppm/unscorable_frac", 0) < 1, ppm
@@ -91,8 +98,8 @@ def test_readme_own_data_commands(tmp_path):
     evals = [json.loads(line.split("ppm-trl eval: ", 1)[1]) for line in result.stdout.splitlines()
              if line.startswith("ppm-trl eval: {")]
     assert [(e["dataset"], e["problems"], e["samples_per_problem"]) for e in evals] == [
-        ("gsm8k_test.jsonl", 3, 2), ("math_test.jsonl", 3, 2)]
-    assert all({"pass@1", "pass@2", "avg@2"} <= set(e) for e in evals)
+        ("gsm8k_test.jsonl", 3, 8), ("math_test.jsonl", 3, 8)]  # the README's SAMPLES
+    assert all({"pass@1", "pass@8", "avg@8"} <= set(e) for e in evals)
     written = json.loads((tmp_path / "eval_math.json").read_text())
     assert [p["answer"] for p in written["per_problem"]] == ["1", "3", "5"]
-    assert all(len(p["completions"]) == len(p["correct"]) == 2 for p in written["per_problem"])
+    assert all(len(p["completions"]) == len(p["correct"]) == 8 for p in written["per_problem"])

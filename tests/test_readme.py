@@ -23,7 +23,10 @@ def test_python_quickstart_runs_verbatim(tmp_path, monkeypatch):
     snippet = readme_block("Quickstart (Python)", "python")
     real_config = ppm_trl.PPMConfig
 
+    written = {}
+
     def short_config(**kwargs):  # the only change: 2 steps of 32 tokens instead of a full run
+        written.update(kwargs)
         return real_config(**{**kwargs, "max_steps": 2, "max_completion_length": 32, "report_to": "none"})
 
     monkeypatch.setattr(ppm_trl, "PPMConfig", short_config)
@@ -31,6 +34,8 @@ def test_python_quickstart_runs_verbatim(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(snippet, str(README), "exec"), namespace)
     trainer = namespace["trainer"]
+    # As written, the run is bounded: without max_steps it is 3 epochs of the 512 prompts (1,536 steps)
+    assert 0 < written.get("max_steps", -1) <= 100, written
     assert trainer.state.global_step == 2
     assert trainer.args.bf16 is False  # on this CPU machine
     card = (tmp_path / "out" / "README.md").read_text()

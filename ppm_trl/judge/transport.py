@@ -71,6 +71,7 @@ class HTTPStatusError(Exception):
 
 
 def import_litellm():
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", str(os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")))  # offline: no remote price-map fetch (and warning) at import
     import litellm  # lazy: `import ppm_trl.judge` must stay light
 
     litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner per failed attempt
