@@ -78,7 +78,8 @@ class JudgeArguments:
     )
     judge_cache_dir: str | None = field(
         default=None,
-        metadata={"help": "On-disk cache of judge answers; default `<output_dir>/judge_cache`."},
+        metadata={"help": "On-disk cache of judge answers; default `<output_dir>/judge_cache`; `none`: no cache. "
+                  "A directory that cannot be created or written is an error before training."},
     )
 
     def judge_kwargs(self, output_dir: str) -> dict:
@@ -93,7 +94,8 @@ class JudgeArguments:
             temperature=self.judge_temperature,
             transport=self.judge_transport,
             api_key_env=self.judge_api_key_env,
-            cache_dir=self.judge_cache_dir or os.path.join(output_dir, "judge_cache"),
+            cache_dir=None if str(self.judge_cache_dir or "").lower() == "none"
+            else self.judge_cache_dir or os.path.join(output_dir, "judge_cache"),
         )
 
 

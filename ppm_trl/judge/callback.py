@@ -25,7 +25,7 @@ from collections import deque
 from transformers import TrainerCallback
 
 LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost",
-          "usage_unknown", "cache_rejected")
+          "usage_unknown", "cache_rejected", "cache_write_failures", "quarantined")
 
 
 class JudgeUnscorableError(RuntimeError):

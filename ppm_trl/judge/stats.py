@@ -14,6 +14,8 @@ Counters (all cumulative; `since(snapshot)` gives the window's deltas):
   cost_unknown  answers LiteLLM could not price (their cost is not in `cost`)
   usage_unknown answers whose token counts were missing or not numbers (counted as 0 tokens, cost unknown)
   cache_rejected cache files ignored because their stored request does not match their key (planted, foreign)
+  cache_write_failures answers that could not be written to the cache (kept for this run, asked again next time)
+  quarantined   requests not sent because their row is quarantined (unscorable in several attempts; see callback)
 Latency is per call, end to end (all attempts and back-off), i.e. what a training step waits for.
 """
 
@@ -40,6 +42,8 @@ COUNTERS = (
     "cost_unknown",
     "usage_unknown",
     "cache_rejected",
+    "cache_write_failures",
+    "quarantined",
 )
 _KNOWN = frozenset(COUNTERS)
 _MAX_LATENCIES = 200_000  # keep the most recent; enough for any logging window
