@@ -76,6 +76,20 @@ class JudgeArguments:
     judge_unscorable_window: int = field(
         default=1, metadata={"help": "Steps (with judge requests) over which `judge_max_unscorable_frac` is measured."}
     )
+    judge_unscorable_min_rows: int = field(
+        default=2,
+        metadata={"help": "Stop only when the unscorable requests of the current run of failing steps come from at "
+                  "least this many rows (a row counts once per step it fails in): a broken judge fails every row "
+                  "(a full batch reaches this at once), while a few rows the judge cannot score do not stop the "
+                  "run and are quarantined instead (`judge_quarantine_after`)."},
+    )
+    judge_quarantine_after: int = field(
+        default=2,
+        metadata={"help": "Quarantine a row after this many steps in which every judge request of it was "
+                  "unscorable while the judge scored other rows: it is listed in `<output_dir>/quarantine.jsonl` "
+                  "and its later requests are skipped (NaN score, zero advantage, counted in `judge/quarantined`). "
+                  "0: never."},
+    )
     judge_cache_dir: str | None = field(
         default=None,
         metadata={"help": "On-disk cache of judge answers; default `<output_dir>/judge_cache`; `none`: no cache. "

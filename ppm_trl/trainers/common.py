@@ -139,4 +139,4 @@ def install_judge_stats(trainer, scorer) -> None:
     if judge is not None:
         from ..judge import JudgeStatsCallback
 
-        JudgeStatsCallback(judge).install(trainer)
+        JudgeStatsCallback(judge).install(trainer, scorer)  # with the scorer: its rows can be quarantined
