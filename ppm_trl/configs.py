@@ -102,9 +102,24 @@ class JudgeArguments:
     judge_unscorable_window: int = field(
         default=1, metadata={"help": "Steps (with judge requests) over which `judge_max_unscorable_frac` is measured."}
     )
+    judge_unscorable_min_rows: int = field(
+        default=2,
+        metadata={"help": "Stop only when the unscorable requests of the current run of failing steps come from at "
+                  "least this many rows (a row counts once per step it fails in): a broken judge fails every row "
+                  "(a full batch reaches this at once), while a few rows the judge cannot score do not stop the "
+                  "run and are quarantined instead (`judge_quarantine_after`)."},
+    )
+    judge_quarantine_after: int = field(
+        default=2,
+        metadata={"help": "Quarantine a row after this many steps in which every judge request of it was "
+                  "unscorable while the judge scored other rows: it is listed in `<output_dir>/quarantine.jsonl` "
+                  "and its later requests are skipped (NaN score, zero advantage, counted in `judge/quarantined`). "
+                  "0: never."},
+    )
     judge_cache_dir: str | None = field(
         default=None,
-        metadata={"help": "On-disk cache of judge answers; default `<output_dir>/judge_cache`."},
+        metadata={"help": "On-disk cache of judge answers; default `<output_dir>/judge_cache`; `none`: no cache. "
+                  "A directory that cannot be created or written is an error before training."},
     )
 
     def judge_kwargs(self, output_dir: str) -> dict:
@@ -119,7 +134,8 @@ class JudgeArguments:
             temperature=self.judge_temperature,
             transport=self.judge_transport,
             api_key_env=self.judge_api_key_env,
-            cache_dir=self.judge_cache_dir or os.path.join(output_dir, "judge_cache"),
+            cache_dir=None if str(self.judge_cache_dir or "").lower() == "none"
+            else self.judge_cache_dir or os.path.join(output_dir, "judge_cache"),
             max_rpm=self.judge_max_rpm,
             max_tpm=self.judge_max_tpm,
             burst_seconds=self.judge_burst_seconds,

@@ -211,3 +211,108 @@ def test_a_cache_written_before_the_fingerprint_is_a_miss(tmp_path):
             assert judge.grade_prefixes([("P", POINTS, "beta zq2")]) == [[False, True, False]]
             assert judge.stats.cache_hits == 0 and judge.stats.snapshot().get("cache_rejected", 0) == 0  # unread
     assert server.requests == 1
+
+
+# ------------------------------------------------------------------------------------------ #23 item 7
+def _read_only_file_system(monkeypatch, below: str):
+    """Every directory creation and file creation below `below` fails as on a read-only mount (we run as root,
+    so permission bits cannot simulate it)."""
+    import errno
+
+    real_makedirs, real_open = os.makedirs, os.open
+
+    def makedirs(path, *args, **kwargs):
+        if os.fspath(path).startswith(below) and not os.path.isdir(path):
+            raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
+        return real_makedirs(path, *args, **kwargs)
+
+    def open_(path, flags, *args, **kwargs):
+        if os.fspath(path).startswith(below) and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, "Read-only file system", os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "makedirs", makedirs)
+    monkeypatch.setattr(os, "open", open_)
+
+
+@pytest.mark.parametrize("case", ["missing on a read-only file system", "existing but read-only",
+                                  "below a regular file"])
+def test_an_unusable_cache_directory_is_one_clear_error_at_construction(tmp_path, monkeypatch, case):
+    from ppm_trl.judge.cache import CacheDirectoryError
+
+    if case == "below a regular file":  # a real failure, no simulation: NotADirectoryError
+        (tmp_path / "file").write_text("x")
+        directory = tmp_path / "file" / "cache"
+    else:
+        directory = tmp_path / "ro" / "cache"
+        if case == "existing but read-only":
+            directory.mkdir(parents=True)
+        _read_only_file_system(monkeypatch, str(tmp_path / "ro"))
+    with pytest.raises(CacheDirectoryError) as raised:
+        LiteLLMJudge("openai/x", cache_dir=directory)
+    message = str(raised.value)
+    assert str(directory) in message and "`none`" in message and "\n" not in message
+    assert ("cannot write" if case == "existing but read-only" else "cannot create") in message
+    if case != "below a regular file":
+        assert "Read-only file system" in message
+    assert isinstance(raised.value, ValueError)  # the CLI prints a ValueError as one line, exit 2
+
+
+def test_judge_cache_dir_none_disables_the_cache(tmp_path):
+    from ppm_trl.configs import PPMConfig
+
+    kwargs = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=2,
+                  per_device_train_batch_size=2, report_to="none")
+    assert PPMConfig(**kwargs, judge_cache_dir="none").judge_kwargs(str(tmp_path))["cache_dir"] is None
+    assert PPMConfig(**kwargs, judge_cache_dir="None").judge_kwargs(str(tmp_path))["cache_dir"] is None
+    assert PPMConfig(**kwargs).judge_kwargs(str(tmp_path))["cache_dir"] == os.path.join(str(tmp_path), "judge_cache")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_cache_write_failures_are_counted_and_their_warnings_rate_limited(tmp_path, monkeypatch, caplog, transport):
+    items = [("P", POINTS, f"beta {n}") for n in range(120)]
+    with JudgeServer() as server:
+        judge = judge_for(server, cache_dir=tmp_path / "cache", transport=transport, max_concurrency=32)
+        _read_only_file_system(monkeypatch, str(tmp_path / "cache"))  # the volume went read-only after start
+        with caplog.at_level(logging.WARNING):
+            grades = judge.grade_prefixes(items)
+            grades += judge.grade_prefixes([("P", POINTS, f"gamma {n}") for n in range(100)])
+        judge.close()
+    assert grades == [[False, True, False]] * 120 + [[False, False, True]] * 100  # every answer kept
+    assert judge.stats.cache_write_failures == 220 and judge.stats.failures == 0
+    warnings = [r.getMessage() for r in caplog.records if "judge cache write" in r.getMessage()]
+    assert len(warnings) == 12  # failures 1-10, then #100 and #200
+    assert "#100" in warnings[10] and "#200" in warnings[11] and "every 100th" in warnings[9]
+    assert all("Read-only file system" in w for w in warnings)
+
+
+def test_the_write_failure_count_reaches_the_logged_metrics(tmp_path):
+    from ppm_trl.judge.callback import JudgeStatsCallback
+
+    class Judge:
+        stats = __import__("ppm_trl.judge.stats", fromlist=["JudgeStats"]).JudgeStats()
+
+    judge = Judge()
+    callback = JudgeStatsCallback(judge)
+    judge.stats.add(cache_write_failures=3)
+    assert callback.metrics()["judge/cache_write_failures"] == 3.0
+
+
+def test_train_with_an_unusable_cache_directory_is_one_line_before_training(tmp_path, capsys):
+    import yaml
+
+    from ppm_trl import cli
+
+    (tmp_path / "file").write_text("x")
+    config = {"method": "ppm", "env_name": "multi_add", "env_n": 2, "env_size": 8, "model_name_or_path": "tiny",
+              "progress_scorer": "judge", "judge_model": "openai/x", "judge_api_base": "http://127.0.0.1:9/v1",
+              "judge_cache_dir": str(tmp_path / "file" / "cache"), "output_dir": str(tmp_path / "out"),
+              "use_cpu": True, "per_device_train_batch_size": 4, "num_generations": 4, "max_completion_length": 8,
+              "max_steps": 1, "report_to": "none"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--config", str(tmp_path / "config.yaml")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err and err.count("error:") == 1
+    assert f"judge cache directory '{tmp_path / 'file' / 'cache'}': cannot create it" in err
+    assert not (tmp_path / "out" / "checkpoint-1").exists()

@@ -106,5 +106,5 @@ def test_a_step_with_every_judge_request_unscorable_stops_training(tmp_path, mon
     with JudgeServer(script=(None,), fault_rate=1.0, fault_kinds=("bad_request",)) as server:
         with pytest.raises(JudgeUnscorableError, match=r"8 of 8 judge requests were unscorable over the last 1 "
                                                        r"step\(s\).*model 'openai/loopback-judge'.*HTTP 400"):
-            _train(tmp_path, server, judge_num_retries=0)
+            _train(tmp_path, server, judge_num_retries=0, judge_unscorable_min_rows=1)  # its one row suffices
         assert server.requests == 9

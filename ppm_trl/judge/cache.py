@@ -25,6 +25,30 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 CACHE_FORMAT = 2  # 1: key without api_base/transport, no stored fingerprint (those files are never read: misses)
+DISABLED = "none"  # `judge_cache_dir: none`: no cache
+
+
+class CacheDirectoryError(ValueError):
+    """The cache directory cannot be created or written (a usage error: one line, before any request)."""
+
+
+def check_cache_directory(directory: str) -> None:
+    """Create `directory` if needed and check that a file can be written there; `CacheDirectoryError` otherwise,
+    naming the path, the system's reason and the fix (a missing cache on a read-only file system would
+    otherwise be a traceback, and an unwritable one a warning per answer)."""
+    fix = f"pass a writable directory as judge_cache_dir (prepare: --cache-dir), or `{DISABLED}` to cache nothing"
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise CacheDirectoryError(f"judge cache directory {directory!r}: cannot create it "
+                                  f"({error.strerror or error}); {fix}") from None
+    probe = os.path.join(directory, f".write-check-{os.getpid()}-{threading.get_ident()}")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+        os.unlink(probe)
+    except OSError as error:
+        raise CacheDirectoryError(f"judge cache directory {directory!r}: cannot write to it "
+                                  f"({error.strerror or error}); {fix}") from None
 
 
 def _canonical(value: Any) -> str:
@@ -46,13 +70,21 @@ def request_key(fingerprint: dict[str, Any]) -> str:
 
 
 class ResponseCache:
-    """`get(key)` returns a verified entry or None; `on_reject()` is called for each entry refused on read."""
+    """`get(key)` returns a verified entry or None; `on_reject()` is called for each entry refused on read.
 
-    def __init__(self, directory: str | os.PathLike, on_reject: Callable[[], None] | None = None):
+    The directory is created and test-written at construction (`CacheDirectoryError`: one clear line). A write
+    that fails later (disk full, permissions changed) loses that entry only: `put_many` reports it to its caller,
+    logs the 1st to 10th failure and then every 100th (a volume that went read-only must not print a warning per
+    answer), and calls `on_write_error()` for each (the judge counts them: `cache_write_failures`)."""
+
+    def __init__(self, directory: str | os.PathLike, on_reject: Callable[[], None] | None = None,
+                 on_write_error: Callable[[], None] | None = None):
         self.directory = os.fspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
+        check_cache_directory(self.directory)
         self.on_reject = on_reject
+        self.on_write_error = on_write_error
         self.rejected = 0
+        self.write_failures = 0
         self._shards: set[str] = set()
 
     def _path(self, key: str) -> str:
@@ -116,7 +148,18 @@ class ResponseCache:
                 errors.append(None)
             except OSError as error:
                 errors.append(error)
+                self._write_failed(error)
         return errors
+
+    def _write_failed(self, error: OSError) -> None:
+        self.write_failures += 1
+        count = self.write_failures
+        if count <= 10 or count % 100 == 0:  # as the judge's own failures: a broken volume must not flood the log
+            logger.warning("judge cache write to %s failed (answer kept, not cached; write failure #%d%s): %s",
+                           self.directory, count, ", only every 100th is logged from now on" if count == 10 else "",
+                           error)
+        if self.on_write_error is not None:
+            self.on_write_error()
 
     def __len__(self) -> int:
         return sum(

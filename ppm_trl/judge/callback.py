@@ -14,95 +14,167 @@ A judge that cannot judge stops the run instead of training on zero process rewa
   `JudgeConfigurationError` at trainer construction;
 * after every optimizer step that sent judge requests, the unscorable fraction over the last
   `judge_unscorable_window` such steps is checked; reaching `judge_max_unscorable_frac` (default 1.0: every
-  request of the step unscorable) raises `JudgeUnscorableError`.
+  request of the step unscorable) raises `JudgeUnscorableError` — once the unscorable requests of the current run
+  of such steps come from at least `judge_unscorable_min_rows` rows (a row counted once per step it fails in).
+  A broken judge fails every row, and a full batch reaches that at once; one row the judge cannot score does not:
+  it is quarantined instead (see `quarantine.py`: `judge_quarantine_after` unscorable attempts while the judge
+  scores other rows), listed in `<output_dir>/quarantine.jsonl`, and its later requests are skipped (NaN scores,
+  zero advantage, counted in `judge/quarantined`; `judge/quarantined_rows` is the list's length).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import deque
 
 from transformers import TrainerCallback
 
+from .quarantine import QUARANTINE_FILE, RowQuarantine, install_quarantine, merge_attempts
+
 LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost",
-          "usage_unknown", "cache_rejected", "throttled", "rate_limit_wait_s", "shared_across_processes")
+          "usage_unknown", "cache_rejected", "cache_write_failures", "quarantined", "throttled",
+          "rate_limit_wait_s", "shared_across_processes")
 
 
 class JudgeUnscorableError(RuntimeError):
     """Too many of the judge's requests were unscorable during training (see `judge_max_unscorable_frac`)."""
 
 
-def check_unscorable_settings(max_unscorable_frac: float, unscorable_window: int) -> None:
-    """Refuse abort settings that would never (or always) stop a run."""
+def _integer(value, minimum: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+
+
+def check_unscorable_settings(max_unscorable_frac: float, unscorable_window: int, unscorable_min_rows: int = 2,
+                              quarantine_after: int = 2) -> None:
+    """Refuse abort and quarantine settings that would never (or always) stop a run."""
     if isinstance(max_unscorable_frac, bool) or not isinstance(max_unscorable_frac, (int, float)) \
             or not 0.0 < max_unscorable_frac <= 1.0:
         raise ValueError(f"judge_max_unscorable_frac must be in (0, 1], got {max_unscorable_frac!r}")
-    if isinstance(unscorable_window, bool) or not isinstance(unscorable_window, int) or unscorable_window < 1:
+    if not _integer(unscorable_window, 1):
         raise ValueError(f"judge_unscorable_window must be an integer >= 1, got {unscorable_window!r}")
+    if not _integer(unscorable_min_rows, 1):
+        raise ValueError(f"judge_unscorable_min_rows must be an integer >= 1, got {unscorable_min_rows!r}")
+    if not _integer(quarantine_after, 0):
+        raise ValueError(f"judge_quarantine_after must be an integer >= 0 (0: never), got {quarantine_after!r}")
 
 
 class JudgeStatsCallback(TrainerCallback):
-    def __init__(self, judge, prefix: str = "judge/", max_unscorable_frac: float = 1.0, unscorable_window: int = 1):
+    def __init__(self, judge, prefix: str = "judge/", max_unscorable_frac: float = 1.0, unscorable_window: int = 1,
+                 unscorable_min_rows: int = 2, quarantine_after: int = 2):
         self.judge = judge
         self.prefix = prefix
         self._last = judge.stats.snapshot()
         self._installed = False
-        self._configure(max_unscorable_frac, unscorable_window)
+        self.rows = None  # the QuarantiningJudge of the scorer, once installed with one
+        self.output_dir = None
+        self._configure(max_unscorable_frac, unscorable_window, unscorable_min_rows, quarantine_after)
 
-    def _configure(self, max_unscorable_frac: float, unscorable_window: int) -> None:
-        check_unscorable_settings(max_unscorable_frac, unscorable_window)
+    def _configure(self, max_unscorable_frac: float, unscorable_window: int, unscorable_min_rows: int = 2,
+                   quarantine_after: int = 2) -> None:
+        check_unscorable_settings(max_unscorable_frac, unscorable_window, unscorable_min_rows, quarantine_after)
         self.max_unscorable_frac = float(max_unscorable_frac)
+        self.unscorable_min_rows = unscorable_min_rows
         self._window: deque[tuple[float, float]] = deque(maxlen=unscorable_window)  # (failed, asked) per step
+        self._failing_rows = 0.0  # rows with unscorable requests, summed over the current run of failing steps
+        self.quarantine = RowQuarantine(after=quarantine_after)
         self._step_start = self.judge.stats.snapshot()
 
-    def install(self, trainer) -> JudgeStatsCallback:
+    def install(self, trainer, scorer=None) -> JudgeStatsCallback:
         """Make this the first callback of `trainer` so reporting callbacks see the judge metrics; take the abort
-        settings from `trainer.args` and probe the judge (both only on the first install)."""
+        settings from `trainer.args` and probe the judge (both only on the first install). With the `scorer` that
+        calls the judge, its rows can be quarantined (its judge is wrapped in a `QuarantiningJudge`)."""
         callbacks = trainer.callback_handler.callbacks
         if self in callbacks:
             callbacks.remove(self)
         if not self._installed:
             args = getattr(trainer, "args", None)
             self._configure(getattr(args, "judge_max_unscorable_frac", self.max_unscorable_frac),
-                            getattr(args, "judge_unscorable_window", self._window.maxlen))
+                            getattr(args, "judge_unscorable_window", self._window.maxlen),
+                            getattr(args, "judge_unscorable_min_rows", self.unscorable_min_rows),
+                            getattr(args, "judge_quarantine_after", self.quarantine.after))
+            self.output_dir = getattr(args, "output_dir", None)
             if getattr(args, "judge_probe", True):
                 self.judge.probe()
             self._installed = True
+        if scorer is not None:
+            self.rows = install_quarantine(scorer)
         callbacks.insert(0, self)
         return self
 
-    def check_unscorable(self) -> None:
-        """Close the step's window entry; raise `JudgeUnscorableError` when the window reaches the limit. Under
-        torch.distributed the counts are summed over the processes first, so every process stops together (one
-        stopping alone would leave the others waiting in their next collective)."""
+    def check_unscorable(self, step: int = 0, write: bool = False) -> list[dict]:
+        """Close the step's window entry: quarantine rows (listed in `<output_dir>/quarantine.jsonl` when `write`;
+        returns the new records) and raise `JudgeUnscorableError` when the window reaches the limit with enough
+        failing rows. Under torch.distributed the counts and row records are combined over the processes first,
+        so every process decides the same (one stopping alone would leave the others waiting in a collective)."""
         delta = self.judge.stats.since(self._step_start)
         self._step_start = self.judge.stats.snapshot()
         # unique items asked: API calls and cache hits (an answer too)
         failures, asked = _summed_over_processes(delta["failures"], delta["calls"] + delta["cache_hits"])
+        last = getattr(self.judge, "last_failure", None)
+        failing_rows = math.inf  # unknown rows (no QuarantiningJudge): every failing step counts in full
+        new = []
+        if self.rows is not None:
+            attempts = merge_attempts(_gathered_over_processes(self.rows.take_attempts()))
+            new = self.quarantine.update(attempts, step, None if last is None else str(last))
+            self.rows.quarantined.update(record["key"] for record in new)
+            if write and new and self.output_dir:
+                os.makedirs(self.output_dir, exist_ok=True)
+                with open(os.path.join(self.output_dir, QUARANTINE_FILE), "a", encoding="utf-8") as f:
+                    f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in new)
+            if sum(failed for _, _, failed in attempts.values()) >= failures:  # every failure has its row
+                failing_rows = sum(1 for _, _, failed in attempts.values() if failed)
         if asked == 0:
-            return  # no judge request this step (e.g. no correct response for PAPO): nothing to judge by
+            return new  # no judge request this step (e.g. no correct response for PAPO): nothing to judge by
         self._window.append((failures, asked))
         failed = sum(f for f, _ in self._window)
         total = sum(a for _, a in self._window)
-        if failed / total >= self.max_unscorable_frac:
-            last = getattr(self.judge, "last_failure", None)
+        if failed / total < self.max_unscorable_frac:
+            self._failing_rows = 0.0
+            return new
+        self._failing_rows += failing_rows
+        if self._failing_rows >= self.unscorable_min_rows:
+            rows = "" if math.isinf(self._failing_rows) else f" from {self._failing_rows:g} rows"
             raise JudgeUnscorableError(
                 f"{failed:g} of {total:g} judge requests were unscorable over the last {len(self._window)} step(s) "
-                f"with judge requests (judge_max_unscorable_frac={self.max_unscorable_frac:g}, "
-                f"judge_unscorable_window={self._window.maxlen}); training stopped instead of continuing without "
+                f"with judge requests{rows} (judge_max_unscorable_frac={self.max_unscorable_frac:g}, "
+                f"judge_unscorable_window={self._window.maxlen}, judge_unscorable_min_rows="
+                f"{self.unscorable_min_rows}); training stopped instead of continuing without "
                 f"a judge signal. Judge: model {getattr(self.judge, 'model', '?')!r}, "
                 f"api_base={getattr(self.judge, 'api_base', None)}. "
                 f"Last failure: {last if last is not None else 'unknown'}"
             )
+        return new
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        """A resumed run keeps its quarantine (read back from its list); a new run starts a new list."""
+        if self.rows is None or not self.output_dir:
+            return
+        path = os.path.join(self.output_dir, QUARANTINE_FILE)
+        if state.global_step == 0:
+            if state.is_world_process_zero and os.path.exists(path):
+                os.remove(path)
+            return
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        record = json.loads(line)
+                        self.quarantine.quarantined[record["key"]] = record
+                        self.rows.quarantined.add(record["key"])
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.check_unscorable()
+        self.check_unscorable(step=getattr(state, "global_step", 0),
+                              write=getattr(state, "is_world_process_zero", False))
 
     def metrics(self) -> dict[str, float]:
         """The window's metrics (and start a new window)."""
         delta = self.judge.stats.since(self._last)
         self._last = self.judge.stats.snapshot()
         out = {f"{self.prefix}{name}": float(delta[name]) for name in LOGGED}
+        if self.rows is not None:
+            out[f"{self.prefix}quarantined_rows"] = float(len(self.quarantine.quarantined))
         for name in ("latency_p50", "latency_p95"):
             if not math.isnan(delta[name]):  # no call finished in this window: nothing to report, not 0
                 out[f"{self.prefix}{name}"] = delta[name]
@@ -129,3 +201,14 @@ def _summed_over_processes(failures: float, asked: float) -> tuple[float, float]
     totals = torch.tensor([failures, asked], dtype=torch.float64, device=device)
     dist.all_reduce(totals)
     return float(totals[0]), float(totals[1])
+
+
+def _gathered_over_processes(obj) -> list:
+    """[obj of every torch.distributed process] ([obj] in a single process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [obj]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, obj)
+    return everyone

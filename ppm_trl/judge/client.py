@@ -274,7 +274,8 @@ class LiteLLMJudge(JudgeTasks):
         if self.api_key_env is not None:
             _key_variables.add(self.api_key_env)  # so that `redact` masks its value whatever its name
         self._cache = None if self.cache_dir is None else ResponseCache(
-            self.cache_dir, on_reject=lambda: self.stats.add(cache_rejected=1)
+            self.cache_dir, on_reject=lambda: self.stats.add(cache_rejected=1),
+            on_write_error=lambda: self.stats.add(cache_write_failures=1),
         )
         self._cache_writer = None if self._cache is None else CacheWriter(self._cache)
         self._claims = None if self._cache is None else KeyClaims(self.cache_dir)
@@ -520,11 +521,10 @@ class LiteLLMJudge(JudgeTasks):
         return None
 
     async def _written(self, writes: list[asyncio.Future]) -> None:
-        """Wait until a batch's new answers are in the cache (best effort: a failed write is logged, not raised)."""
+        """Wait until a batch's new answers are in the cache (best effort: a failed write is counted and logged,
+        rate-limited, by the cache; never raised)."""
         self._cache_writer.flush()
-        for error in await asyncio.gather(*writes):
-            if error is not None:
-                logger.warning("judge cache write to %s failed (answer kept, not cached): %s", self.cache_dir, error)
+        await asyncio.gather(*writes)
 
     def _give_up(self, started: float, attempts: int, reason: str, kind: str) -> JudgeFailure:
         self.stats.add(failures=1)

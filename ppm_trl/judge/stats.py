@@ -14,6 +14,8 @@ Counters (all cumulative; `since(snapshot)` gives the window's deltas):
   cost_unknown  answers LiteLLM could not price (their cost is not in `cost`)
   usage_unknown answers whose token counts were missing or not numbers (counted as 0 tokens, cost unknown)
   cache_rejected cache files ignored because their stored request does not match their key (planted, foreign)
+  cache_write_failures answers that could not be written to the cache (kept for this run, asked again next time)
+  quarantined   requests not sent because their row is quarantined (unscorable in several attempts; see callback)
   throttled     attempts the server answered 429 (rate limited); each is retried after its Retry-After
   rate_limit_wait_s seconds requests waited for `max_rpm` / `max_tpm` / a server's Retry-After (summed)
   shared_across_processes answers another process sharing the cache sent while this one waited (also cache_hits)
@@ -43,6 +45,8 @@ COUNTERS = (
     "cost_unknown",
     "usage_unknown",
     "cache_rejected",
+    "cache_write_failures",
+    "quarantined",
     "throttled",
     "rate_limit_wait_s",
     "shared_across_processes",

@@ -15,6 +15,13 @@ It overrides each TRL hook once and gives the method trainers public, documented
   advantages.
 - `extra_checkpoint_state()` / `load_extra_checkpoint_state(states)` — JSON files saved with every checkpoint.
 
+Checkpoints and preemption (`train`): a checkpoint folder counts only when complete — its last file is a
+`CHECKPOINT_COMPLETE` marker listing every file's size (a folder without one, from an older version, needs a
+readable trainer_state.json). `resume_from_checkpoint=True` / `"true"` / `"last"` takes the newest complete one
+and says which (and which it skipped); a checkpoint that already reached `max_steps` trains no further step.
+SIGTERM (a preemption) during `train` is deferred: the step and any save in progress finish, a checkpoint of
+that step is saved, and `train` exits with status 143; a second SIGTERM outside a save stops at once.
+
 And public helpers: `sample_completion_ids` (the generation backend; tests script it), `generate_token_ids` (prompt
 ids with a max_tokens per row through the trainer's own backend: HF, vLLM colocate or server), `outcome_rewards`
 (the reward functions alone), `compute_rewards_early` (the final rows' rewards before the log-prob passes, reused
@@ -36,6 +43,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shutil
+import signal
+import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
 from typing import Any
@@ -53,7 +65,8 @@ if Version(trl.__version__) not in TRL_SUPPORTED:
     )
 
 from accelerate.utils import broadcast_object_list, gather_object  # noqa: E402
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
+from transformers import TrainerCallback, TrainerState  # noqa: E402
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import parse_response  # noqa: E402
 from trl.data_utils import is_conversational  # noqa: E402
@@ -79,6 +92,7 @@ TRL_PRIVATE_METHODS = {
     "_get_output_dir": ("self", "trial"),
     "_save_checkpoint": ("self", "model", "trial"),
     "_load_optimizer_and_scheduler": ("self", "checkpoint"),
+    "_load_from_checkpoint": ("self", "resume_from_checkpoint"),
 }
 TRL_PRIVATE_ATTRIBUTES = ("_tokenizer", "_is_vlm", "_logs", "_metrics", "_pending_metrics", "_pending_extra_logs")
 # `vllm_generation` (only with use_vllm): its `max_completion_length`, `llm` (colocate) and `vllm_client` (server).
@@ -86,6 +100,112 @@ VLLM_GENERATION_ATTRIBUTES = ("max_completion_length", "llm", "vllm_client")
 COMPLETION_STATISTICS = ("completions/mean_length", "completions/min_length", "completions/max_length",
                          "completions/clipped_ratio", "completions/mean_terminated_length",
                          "completions/min_terminated_length", "completions/max_terminated_length")
+
+
+CHECKPOINT_COMPLETE = "ppm_trl_checkpoint_complete.json"  # written last: {"files": {relative path: bytes}}
+TRAINER_STATE = "trainer_state.json"
+_CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+RESUME_LAST = ("true", "last")  # resume_from_checkpoint values meaning "the newest complete checkpoint"
+
+
+def checkpoint_problem(folder: str) -> str | None:
+    """Why `folder` is not a complete checkpoint (None: it is). With our marker: every file it lists is there with
+    its size; without (an older version's folder): trainer_state.json, the last file transformers writes, parses."""
+    marker = os.path.join(folder, CHECKPOINT_COMPLETE)
+    if os.path.exists(marker):
+        try:
+            with open(marker) as f:
+                files = dict(json.load(f)["files"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return f"its {CHECKPOINT_COMPLETE} is unreadable"
+        for name, size in sorted(files.items()):
+            path = os.path.join(folder, name)
+            if not os.path.isfile(path):
+                return f"{name} is missing"
+            if os.path.getsize(path) != size:
+                return f"{name} has {os.path.getsize(path)} bytes, {size} when saved"
+        return None
+    try:
+        with open(os.path.join(folder, TRAINER_STATE)) as f:
+            json.load(f)
+    except FileNotFoundError:
+        return f"no {TRAINER_STATE} (its save was interrupted)"
+    except (OSError, ValueError):
+        return f"{TRAINER_STATE} is unreadable (its save was interrupted)"
+    return None
+
+
+def write_completion_marker(folder: str) -> None:
+    """List every file of a finished checkpoint with its size in `CHECKPOINT_COMPLETE`, atomically, last."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            if name != CHECKPOINT_COMPLETE and not name.startswith(f".{CHECKPOINT_COMPLETE}"):
+                files[os.path.relpath(path, folder)] = os.path.getsize(path)
+    temporary = os.path.join(folder, f".{CHECKPOINT_COMPLETE}.{os.getpid()}")
+    with open(temporary, "w") as f:
+        json.dump({"files": files}, f, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, os.path.join(folder, CHECKPOINT_COMPLETE))
+
+
+def resolve_resume_checkpoint(value, output_dir: str) -> tuple[str | None, str | None]:
+    """(checkpoint folder or None, what to tell the user) for a `resume_from_checkpoint` value: None/False/"false"
+    → no resume; True/"true"/"last" → the newest complete `checkpoint-N` of `output_dir` (naming the incomplete ones
+    it skipped); a path → itself, if complete. ValueError (one line, with the fix) otherwise."""
+    if value is None or value is False or str(value).strip().lower() in ("", "false", "none"):
+        return None, None
+    if value is True or str(value).strip().lower() in RESUME_LAST:
+        found = []
+        if os.path.isdir(output_dir):
+            found = sorted(((int(m[1]), name) for name in os.listdir(output_dir)
+                            if (m := _CHECKPOINT_NAME.match(name)) and os.path.isdir(os.path.join(output_dir, name))),
+                           reverse=True)
+        skipped = []
+        for _, name in found:
+            problem = checkpoint_problem(os.path.join(output_dir, name))
+            if problem is None:
+                why = f"newest complete; skipped {'; '.join(skipped)}" if skipped else "the newest"
+                return os.path.join(output_dir, name), f"resuming from {name} ({why})"
+            skipped.append(f"{name}: incomplete, {problem}")
+        raise ValueError(f"resume_from_checkpoint={value}: no complete checkpoint in output_dir {output_dir!r}"
+                         + (f" ({'; '.join(skipped)})" if skipped else "")
+                         + "; train without resume_from_checkpoint, or pass a checkpoint folder")
+    path = os.fspath(value)
+    if not os.path.isdir(path):
+        raise ValueError(f"resume_from_checkpoint={path!r}: no such checkpoint folder; pass `last` for the newest "
+                         "complete checkpoint of output_dir")
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise ValueError(f"resume_from_checkpoint={path!r} is incomplete: {problem}; pass `last` for the newest "
+                         "complete checkpoint of output_dir")
+    return path, None
+
+
+def reached_max_steps(checkpoint: str, args) -> bool:
+    """Whether the run saved in `checkpoint` already did every optimizer step `args` asks for (transformers would
+    train one more: it checks max_steps only after a step)."""
+    with open(os.path.join(checkpoint, TRAINER_STATE)) as f:
+        state = json.load(f)
+    done = state.get("global_step", 0)
+    if args.max_steps > 0:
+        return done >= args.max_steps
+    return state.get("max_steps", 0) > 0 and done >= state["max_steps"] \
+        and state.get("num_train_epochs") == args.num_train_epochs
+
+
+class _StopOnSigterm(TrainerCallback):
+    """After the optimizer step during which SIGTERM arrived (on any process): save a checkpoint, stop."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.trainer._sigterm_anywhere():
+            control.should_save = True
+            control.should_training_stop = True
 
 
 @dataclass
@@ -375,16 +495,87 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
             wait(self._background_futures or ())
             self._background_futures = None
 
+    # ---------------------------------------------------------------------- training, checkpoints, preemption
+    _sigterm_received = False
+    _saving = False
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """TRL's `train`, resuming only from a complete checkpoint (`True`/`"last"`: the newest; see the module
+        doc), training no step past `max_steps`, and stopping cleanly on SIGTERM (exit status 143)."""
+        checkpoint, message = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
+        if message and self.accelerator.is_main_process:
+            print(f"ppm_trl: {message}", file=sys.stderr, flush=True)
+        if checkpoint is not None and reached_max_steps(checkpoint, self.args):
+            self._load_from_checkpoint(checkpoint)
+            self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE))
+            if self.accelerator.is_main_process:
+                print(f"ppm_trl: {os.path.basename(checkpoint)} already reached max_steps "
+                      f"({self.state.global_step} steps): nothing to train; the model is loaded from it",
+                      file=sys.stderr, flush=True)
+            return TrainOutput(self.state.global_step, 0.0, {"train_runtime": 0.0})
+        self._sigterm_received = False
+        previous = self._install_sigterm_handler()
+        stopper = _StopOnSigterm(self)
+        self.add_callback(stopper)
+        try:
+            result = super().train(checkpoint, *args, **kwargs)
+        finally:
+            self.remove_callback(stopper)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        if self._sigterm_received:
+            if self.accelerator.is_main_process:
+                print(f"ppm_trl: stopped by SIGTERM after step {self.state.global_step}; its checkpoint is saved in "
+                      f"{self.args.output_dir} (resume with resume_from_checkpoint=last)", file=sys.stderr, flush=True)
+            raise SystemExit(128 + signal.SIGTERM)
+        return result
+
+    def _install_sigterm_handler(self):
+        """Defer SIGTERM (main thread only; elsewhere signals cannot be handled): the previous handler, or None."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigterm(signum, frame):
+            if self._sigterm_received and not self._saving:
+                raise SystemExit(128 + signum)  # asked twice: stop now (incomplete checkpoints are never resumed)
+            self._sigterm_received = True
+            os.write(2, b"ppm_trl: SIGTERM: finishing this step (and any checkpoint being written), saving a "
+                        b"checkpoint, then stopping; a second SIGTERM stops at once\n")  # print() is not reentrant
+
+        return signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _sigterm_anywhere(self) -> bool:
+        """Whether any process got SIGTERM (a collective: every process stops after the same step)."""
+        if self.accelerator.num_processes == 1:
+            return self._sigterm_received
+        flag = torch.tensor([float(self._sigterm_received)], device=self.accelerator.device)
+        return bool(self.accelerator.gather(flag).max().item())
+
     def _save_checkpoint(self, model, trial):
-        # Written before super(), which may push the checkpoint to the Hub and rotate old ones.
-        states = self.extra_checkpoint_state()
-        if states and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            os.makedirs(folder, exist_ok=True)
-            for name, state in states.items():
-                with open(os.path.join(folder, name), "w") as f:
-                    json.dump(state, f)
-        super()._save_checkpoint(model, trial)
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        self._saving = True
+        try:
+            if self.args.should_save and os.path.isdir(folder):
+                if checkpoint_problem(folder) is not None:  # an interrupted save of this step: no stale files
+                    shutil.rmtree(folder)
+                elif os.path.exists(os.path.join(folder, CHECKPOINT_COMPLETE)):
+                    os.remove(os.path.join(folder, CHECKPOINT_COMPLETE))  # rewritten below: incomplete meanwhile
+            self.accelerator.wait_for_everyone()
+            # Written before super(), which may push the checkpoint to the Hub and rotate old ones.
+            states = self.extra_checkpoint_state()
+            if states and self.args.should_save:
+                os.makedirs(folder, exist_ok=True)
+                for name, state in states.items():
+                    with open(os.path.join(folder, name), "w") as f:
+                        json.dump(state, f)
+            super()._save_checkpoint(model, trial)
+            self.accelerator.wait_for_everyone()  # every process's files (RNG states) are written
+            if self.args.should_save and os.path.isdir(folder):
+                write_completion_marker(folder)
+        finally:
+            self._saving = False
+        if self._sigterm_anywhere():  # it arrived during the save: stop after it
+            self.control.should_training_stop = True
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

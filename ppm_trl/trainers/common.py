@@ -140,7 +140,7 @@ def install_judge_stats(trainer, scorer) -> None:
         from ..judge import JudgeStatsCallback
         from ..judge.budget import JudgeBudgetCallback
 
-        JudgeStatsCallback(judge).install(trainer)
+        JudgeStatsCallback(judge).install(trainer, scorer)  # with the scorer: its rows can be quarantined
         budgeted = getattr(judge, "max_cost_usd", None) is not None or getattr(judge, "max_total_tokens", None) is not None
         installed = any(isinstance(c, JudgeBudgetCallback) and c.judge is judge for c in trainer.callback_handler.callbacks)
         if budgeted and not installed:  # a composed trainer installs once

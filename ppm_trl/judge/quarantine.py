@@ -1,0 +1,120 @@
+"""Row quarantine: a dataset row the judge cannot score (its every request unscorable, again and again, while the
+judge scores other rows) is set aside instead of stopping the run.
+
+`QuarantiningJudge` wraps the judge a scorer calls. Each task item's first element is the row's problem text
+(`problem_text(row)`, as every judge scorer builds it); the row's key is its sha256. Items of a quarantined row
+send no request: they are unscorable (None → NaN score → advantage 0), counted in the judge's `quarantined`
+statistic. Every other call records, per row, how many of its requests were sent and how many came back
+unscorable; `JudgeStatsCallback` collects those records after each optimizer step (over all processes), decides
+quarantines (`RowQuarantine`) and lists them in `<output_dir>/quarantine.jsonl`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+TASKS = ("grade_prefixes", "score_rubric", "review_process")  # the judge tasks the training scorers use
+QUARANTINE_FILE = "quarantine.jsonl"
+_SHOWN_PROBLEM_CHARS = 2000
+
+
+def row_key(problem: str) -> str:
+    """The stable key of a dataset row: the sha256 of its problem text (hex)."""
+    return hashlib.sha256(str(problem).encode("utf-8")).hexdigest()
+
+
+class QuarantiningJudge:
+    """The judge, with the `TASKS` skipping quarantined rows and recording per-row outcomes (thread-safe: PPM scores
+    on a worker thread). Everything else is the wrapped judge's."""
+
+    def __init__(self, judge):
+        self.judge = judge
+        self.quarantined: set[str] = set()
+        self._lock = threading.Lock()
+        self._attempts: dict[str, list] = {}  # key -> [problem, requests sent, unscorable], since `take_attempts`
+
+    def __getattr__(self, name: str):
+        if name in TASKS:
+            return lambda items, *args, **kwargs: self._task(name, items, *args, **kwargs)
+        return getattr(self.judge, name)
+
+    def _task(self, name: str, items, *args, **kwargs) -> list:
+        items = list(items)
+        keys = [row_key(item[0]) for item in items]
+        sent = [i for i, key in enumerate(keys) if key not in self.quarantined]
+        if len(sent) < len(items):
+            self.judge.stats.add(quarantined=len(items) - len(sent))
+        answers = getattr(self.judge, name)([items[i] for i in sent], *args, **kwargs) if sent else []
+        results: list[Any] = [None] * len(items)
+        with self._lock:
+            for i, answer in zip(sent, answers):
+                results[i] = answer
+                record = self._attempts.setdefault(keys[i], [str(items[i][0]), 0, 0])
+                record[1] += 1
+                record[2] += answer is None
+        return results
+
+    def take_attempts(self) -> dict[str, list]:
+        """{key: [problem, sent, unscorable]} recorded since the last call."""
+        with self._lock:
+            attempts, self._attempts = self._attempts, {}
+        return attempts
+
+
+@dataclass
+class RowQuarantine:
+    """Which rows to quarantine, from the per-step records of all processes.
+
+    A row's step is an *unscorable attempt* when every request of it in that step failed. A row is quarantined at
+    its `after`-th unscorable attempt, provided the judge scored some other row since its first one: a poisoned
+    row fails while others succeed, whereas in an outage nothing succeeds and no row is quarantined (the stop rule
+    then stops the run). `after` = 0 quarantines nothing."""
+
+    after: int = 2
+    quarantined: dict[str, dict] = field(default_factory=dict)  # key -> its quarantine.jsonl record
+    failures: dict[str, int] = field(default_factory=dict)
+    scored_rows: int = 0  # row-steps with at least one scorable answer, so far
+    _scored_at_first_failure: dict[str, int] = field(default_factory=dict)
+
+    def update(self, attempts: dict[str, list], step: int, reason: str | None = None) -> list[dict]:
+        """Record one step's merged attempts; returns the records of the rows quarantined now."""
+        before = self.scored_rows
+        self.scored_rows += sum(1 for _, sent, failed in attempts.values() if failed < sent)
+        new = []
+        for key, (problem, sent, failed) in sorted(attempts.items()):
+            if sent == 0 or failed < sent or key in self.quarantined:
+                continue
+            self.failures[key] = self.failures.get(key, 0) + 1
+            first = self._scored_at_first_failure.setdefault(key, before)
+            if self.after and self.failures[key] >= self.after and self.scored_rows > first:
+                record = {"key": key, "step": step, "unscorable_attempts": self.failures[key],
+                          "problem": problem[:_SHOWN_PROBLEM_CHARS], "last_failure": reason}
+                self.quarantined[key] = record
+                new.append(record)
+        return new
+
+
+def merge_attempts(per_process: list[dict[str, list]]) -> dict[str, list]:
+    """One {key: [problem, sent, unscorable]} from every process's records (a row's requests may be split)."""
+    merged: dict[str, list] = {}
+    for attempts in per_process:
+        for key, (problem, sent, failed) in attempts.items():
+            record = merged.setdefault(key, [problem, 0, 0])
+            record[1] += sent
+            record[2] += failed
+    return merged
+
+
+def install_quarantine(scorer) -> QuarantiningJudge | None:
+    """Wrap the judge a scorer calls (`scorer.judge`, or its matcher's) in a `QuarantiningJudge`; None if none."""
+    for owner in (scorer, getattr(scorer, "matcher", None)):
+        judge = getattr(owner, "judge", None)
+        if judge is not None:
+            if not isinstance(judge, QuarantiningJudge):
+                judge = QuarantiningJudge(judge)
+                owner.judge = judge
+            return judge
+    return None
