@@ -389,3 +389,50 @@ def test_prepare_stops_starting_rows_when_the_budget_is_spent_and_resumes(tmp_pa
         assert server.requests == 4
         main(prepare_args(data, server, tmp_path / "out"))  # a rerun without the budget finishes the rest
     assert len(datasets.load_from_disk(str(tmp_path / "out"))) == 6
+
+
+# ------------------------------------------------------- transport: redirects, usage LiteLLM cannot read
+class Redirector(JudgeServer):
+    """Answers every request with a redirect to `target` (another origin)."""
+
+    target = ""
+    status = "307 Temporary Redirect"
+
+    async def _respond(self, request_line, headers, raw):
+        with self._lock:
+            self.requests += 1
+        return self.status, {"Location": self.target}, {"error": "moved"}
+
+
+@pytest.mark.parametrize("transport,model", [("litellm", "openai/x"), ("litellm", "hosted_vllm/x"),
+                                             ("openai_http", "openai/x"), ("openai_http", "hosted_vllm/x")])
+@pytest.mark.parametrize("status", ["307 Temporary Redirect", "308 Permanent Redirect", "302 Found"])
+def test_a_redirect_to_another_server_is_never_followed_and_names_its_location(transport, model, status):
+    with JudgeServer() as elsewhere, Redirector() as front:
+        front.target = elsewhere.api_base + "/chat/completions"
+        front.status = status
+        judge = LiteLLMJudge(model, api_base=front.api_base, transport=transport, num_retries=2, timeout=5,
+                             backoff_base=0.001, backoff_max=0.01)
+        with judge:
+            assert judge.complete([[{"role": "user", "content": "grade this"}]]) == [None]
+        assert elsewhere.requests == 0  # the prompt never reached the other origin
+        assert front.requests == 1  # not retried: the same answer would come back
+        assert front.target in judge.last_failure.reason and "not followed" in judge.last_failure.reason
+
+
+MALFORMED_USAGE = [7, [1, 2], "", {"prompt_tokens": 1.5, "completion_tokens": 3, "total_tokens": 4.5},
+                   {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": "two"},
+                   {"prompt_tokens": {"a": 1}, "completion_tokens": 1}, {"prompt_tokens": -1, "completion_tokens": 2}]
+
+
+@pytest.mark.parametrize("model", ["openai/x", "hosted_vllm/x"])
+@pytest.mark.parametrize("usage", MALFORMED_USAGE, ids=lambda usage: repr(usage)[:30])
+def test_usage_litellm_rejects_never_fails_an_answer_through_litellm(model, usage):
+    with JudgeServer(usage=usage) as server:
+        judge = LiteLLMJudge(model, api_base=server.api_base, transport="litellm", num_retries=2, timeout=5,
+                             backoff_base=0.001, backoff_max=0.01)
+        with judge:
+            grades = judge.grade_prefixes([("P", POINTS, "alpha")])
+            stats = judge.stats.snapshot()
+    assert grades == [[True, False, False]]
+    assert (stats["attempts"], stats["failures"]) == (1, 0)

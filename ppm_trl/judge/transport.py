@@ -106,6 +106,12 @@ class LiteLLMTransport:
                  max_concurrency: int = 64):  # LiteLLM pools connections itself; the judge's semaphore bounds them
         self.model, self.api_base, self.timeout, self.api_key_env, self.kwargs = model, api_base, timeout, api_key_env, kwargs
         self.pricing = _Pricing(model)
+        provider = model.partition("/")[0]
+        self.guarded = None  # LiteLLM's clients follow redirects: an api_base server gets a client that does not
+        if api_base and provider in ("openai", "hosted_vllm") and "client" not in kwargs:
+            from ppm_trl.judge.litellm_http import GuardedClients
+
+            self.guarded = GuardedClients(provider, api_base, timeout)
 
     async def send(self, messages: list[dict[str, str]], temperature: float) -> Reply:
         litellm = import_litellm()
@@ -116,6 +122,9 @@ class LiteLLMTransport:
             arguments["api_base"] = self.api_base
         if self.api_key_env is not None:
             arguments["api_key"] = os.environ[self.api_key_env]
+        if self.guarded is not None:
+            key = arguments.get("api_key") or os.environ.get(_OPENAI_COMPATIBLE[self.model.partition("/")[0]])
+            arguments["client"] = self.guarded.client(key)
         response = await asyncio.wait_for(litellm.acompletion(**arguments), self.timeout)
         usage = getattr(response, "usage", None)
         prompt_tokens, completion_tokens, usage_known = token_counts(
@@ -217,6 +226,10 @@ class OpenAIHTTPTransport:
                 status, headers = response.status, response.headers
         except self._aiohttp.ClientResponseError as error:  # unparseable answer; its repr shows the request's headers
             raise ProtocolError(f"malformed HTTP answer from {self.url}: {error.message}") from None
+        if 300 <= status < 400:  # the request (a rollout) would go to another server, and its answer be the grade
+            raise HTTPStatusError(status, dict(headers), f"the judge server answered {status} redirecting to "
+                                  f"{headers.get('Location', '(none)')!r}; redirects are not followed: point api_base "
+                                  "at the server itself")
         if status >= 300:
             raise HTTPStatusError(status, dict(headers), body.decode("utf-8", "replace"))
         reply = self._reply(body)
