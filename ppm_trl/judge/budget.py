@@ -13,20 +13,9 @@ import logging
 
 from transformers import TrainerCallback
 
+from ppm_trl.judge.callback import summed_over_processes
+
 logger = logging.getLogger(__name__)
-
-
-def summed_over_processes(values: list[float]) -> list[float]:
-    """`values` summed element-wise over the torch.distributed processes (unchanged in a single process)."""
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return list(values)
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    totals = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(totals)
-    return totals.tolist()
 
 
 class JudgeBudgetCallback(TrainerCallback):

@@ -111,7 +111,7 @@ class JudgeStatsCallback(TrainerCallback):
         delta = self.judge.stats.since(self._step_start)
         self._step_start = self.judge.stats.snapshot()
         # unique items asked: API calls and cache hits (an answer too)
-        failures, asked = _summed_over_processes(delta["failures"], delta["calls"] + delta["cache_hits"])
+        failures, asked = summed_over_processes([delta["failures"], delta["calls"] + delta["cache_hits"]])
         last = getattr(self.judge, "last_failure", None)
         failing_rows = math.inf  # unknown rows (no QuarantiningJudge): every failing step counts in full
         new = []
@@ -190,17 +190,17 @@ class JudgeStatsCallback(TrainerCallback):
             state.log_history[-1].update(metrics)
 
 
-def _summed_over_processes(failures: float, asked: float) -> tuple[float, float]:
-    """(failures, asked) summed over the torch.distributed processes (as they are in a single process)."""
+def summed_over_processes(values: list[float]) -> list[float]:
+    """`values` summed element-wise over the torch.distributed processes (unchanged in a single process)."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return failures, asked
+        return list(values)
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    totals = torch.tensor([failures, asked], dtype=torch.float64, device=device)
+    totals = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(totals)
-    return float(totals[0]), float(totals[1])
+    return totals.tolist()
 
 
 def _gathered_over_processes(obj) -> list:
