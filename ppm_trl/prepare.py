@@ -73,7 +73,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     judge.add_argument("--num-retries", type=int, default=4)
     judge.add_argument("--temperature", type=float, default=0.0)
     judge.add_argument("--transport", choices=sorted(TRANSPORTS), default="litellm")
-    judge.add_argument("--cache-dir", default=None, help="Judge answer cache (default: <work dir>/judge_cache).")
+    judge.add_argument("--cache-dir", default=None,
+                       help="Judge answer cache (default: <work dir>/judge_cache; `none`: no cache).")
     judge.add_argument("--max-rpm", type=float, default=None, help="Judge requests per minute at most (a quota).")
     judge.add_argument("--max-tpm", type=float, default=None, help="Judge tokens per minute at most (a quota).")
     judge.add_argument("--max-cost-usd", type=float, default=None,
@@ -379,7 +380,8 @@ def run_prepare(args: argparse.Namespace):
 
     judge = LiteLLMJudge(args.judge_model, api_base=args.api_base, max_concurrency=args.max_concurrency,
                          timeout=args.timeout, num_retries=args.num_retries, temperature=args.temperature,
-                         cache_dir=args.cache_dir or os.path.join(work_dir, "judge_cache"),
+                         cache_dir=None if str(args.cache_dir).lower() == "none"
+                         else args.cache_dir or os.path.join(work_dir, "judge_cache"),
                          api_key_env=args.api_key_env, transport=args.transport, max_rpm=args.max_rpm,
                          max_tpm=args.max_tpm, max_cost_usd=args.max_cost_usd,
                          max_total_tokens=args.max_total_tokens)

@@ -436,3 +436,15 @@ def test_usage_litellm_rejects_never_fails_an_answer_through_litellm(model, usag
             stats = judge.stats.snapshot()
     assert grades == [[True, False, False]]
     assert (stats["attempts"], stats["failures"]) == (1, 0)
+
+
+def test_prepare_without_a_cache(tmp_path):
+    from ppm_trl.prepare import main
+
+    data = tmp_path / "rows.jsonl"
+    write_rows(data, [ROW_A, ROW_B])
+    with JudgeServer() as server:
+        main(prepare_args(data, server, tmp_path / "out", "--cache-dir", "none"))
+        main(prepare_args(data, server, tmp_path / "out2", "--cache-dir", "none"))
+        assert server.requests == 2 * 4  # nothing cached: the second run asks again
+    assert not os.path.exists("none") and not (tmp_path / "out" / "judge_cache").exists()
