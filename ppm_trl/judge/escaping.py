@@ -14,14 +14,20 @@ but makes it impossible to mistake for the prompt's structure:
   a setext `====` underline, `1. YES`, `* *2 YES`, `Verdict: YES`, `## Evaluation`, `Score: ...`) are quoted
   with a leading '> '.
 
-Look-alikes. A judge model reads `＜/rollout＞`, `</rоllout>` (Cyrillic о), `</roll\\u200bout>`, `&#60;/rollout>`
-or `## Evaluation` written with full-width `＃` as the real thing. So the patterns are matched on a *folded* copy
-of the text — per character NFKC with combining marks dropped, zero-width and other format characters (soft
-hyphen included) removed, HTML entities decoded, Cyrillic/Greek letters, angle brackets, dashes and slashes
-that look like ASCII mapped to it, every Unicode line break made '\\n' — and each match is neutralised in the
-ORIGINAL text at the place it came from. Text that matches nothing passes through unchanged (x², π, accents and
-Cyrillic prose stay as written); the neutral forms use ASCII round brackets, which no look-alike reading turns
-back into a tag.
+Hidden characters. Whatever prints as nothing is removed from the untrusted text before anything else
+(`strip_hidden`): format characters (zero-width, bidi controls, soft hyphen, Unicode tag characters, which some
+models decode as the ASCII they shadow), private-use characters, surrogates, control characters other than tab and
+line breaks, variation selectors and every other default-ignorable code point.
+
+Look-alikes. A judge model reads `＜/rollout＞`, `</rоllout>` (Cyrillic о), `</rօllօսt>` (Armenian), `&#60;/rollout>`
+or `## Evaluation` written with `⌗` as the real thing. So the patterns are matched on a *folded* copy of the text —
+per character NFKC with combining marks dropped, unassigned code points dropped, HTML entities decoded, every
+character that Unicode TR39 (confusables.txt) lists as confusable with ASCII read as that ASCII, plus rules by
+Unicode property for what TR39 does not list (dashes, angle brackets and quotes, number signs, small capitals),
+every Unicode line break read as '\\n' — and each match is neutralised in the ORIGINAL text at the place it came
+from. Tag names also match their ASCII look-alikes (`</ro11out>`). Text that matches nothing passes through
+unchanged (x², π, accents and Cyrillic prose stay as written); the neutral forms use ASCII round brackets, which
+no look-alike reading turns back into a tag.
 
 `\\boxed{}` is left alone in PAPO student solutions: it is how a student states the final answer, which the
 judge must see; the score is read from the box on the judge's own last 'Score:' line.
@@ -379,8 +385,8 @@ def tag_rule(names: Iterable[str]) -> Rule:
     return edits
 
 
-# `<|im_end|>` written with letter-like vertical bars (`ǀ`, which reads as `l`): only when both bars are non-ASCII.
-_LETTER_BAR_TOKEN = re.compile(r"<l[a-z_]{2,40}l>")
+# `<|im_end|>` written with bars TR39 reads as `l` (letter-like `ǀ`, digit-like `𝟏`): only when both are non-ASCII.
+_LETTER_BAR_TOKEN = re.compile(r"<[l1i][a-z_]{2,40}[l1i]>")
 
 
 def _role_tokens(folded: Folded) -> list[Edit]:
