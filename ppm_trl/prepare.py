@@ -74,6 +74,10 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     judge.add_argument("--temperature", type=float, default=0.0)
     judge.add_argument("--transport", choices=sorted(TRANSPORTS), default="litellm")
     judge.add_argument("--cache-dir", default=None, help="Judge answer cache (default: <work dir>/judge_cache).")
+    judge.add_argument("--max-response-bytes", type=int, default=4 * 2**20,
+                       help="Largest judge answer body (bytes, decoded) an attempt accepts.")
+    judge.add_argument("--echo-nonce", action="store_true",
+                       help="Make the judge echo a per-request nonce; refuse answers without it.")
     output = parser.add_argument_group("output")
     target = output.add_mutually_exclusive_group(required=True)
     target.add_argument("--out", default=None, help="Directory for the prepared dataset (save_to_disk).")
@@ -322,7 +326,8 @@ def run_prepare(args: argparse.Namespace):
     judge = LiteLLMJudge(args.judge_model, api_base=args.api_base, max_concurrency=args.max_concurrency,
                          timeout=args.timeout, num_retries=args.num_retries, temperature=args.temperature,
                          cache_dir=args.cache_dir or os.path.join(work_dir, "judge_cache"),
-                         api_key_env=args.api_key_env, transport=args.transport)
+                         api_key_env=args.api_key_env, transport=args.transport,
+                         max_response_bytes=args.max_response_bytes, echo_nonce=args.echo_nonce)
     if jobs and not args.no_judge_probe:
         judge.probe()  # a judge that cannot answer fails here, before any row's work
     finished = [len(done)]  # rows in the progress file, for the Ctrl-C message

@@ -39,10 +39,12 @@ from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint,
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser
 from ppm_trl.judge.transport import (
+    DEFAULT_MAX_RESPONSE_BYTES,
     TRANSPORT_ARGUMENTS,
     TRANSPORTS,
     HTTPStatusError,
     MalformedReplyError,
+    check_max_response_bytes,
     import_litellm,
 )
 
@@ -172,6 +174,9 @@ class LiteLLMJudge(JudgeTasks):
         transport: "litellm" (`litellm.acompletion`, any provider) or "openai_http" (direct POST to an
             OpenAI-compatible `api_base` with `openai/…` or `hosted_vllm/…` models: no LiteLLM per-request CPU
             overhead, for fast local servers; see `transport.py`).
+        max_response_bytes: the largest answer body (decoded) an attempt accepts; a larger one fails the attempt
+            (`openai_http` stops reading at the cap, so a decompression bomb costs at most this much; LiteLLM can
+            only refuse the text it returns).
         **litellm_kwargs: extra `litellm.acompletion` arguments (max_tokens, reasoning_effort, ...); they are part
             of the cache key. Credentials are refused here — use the environment.
     """
@@ -190,6 +195,7 @@ class LiteLLMJudge(JudgeTasks):
         backoff_max: float = 30.0,
         retry_unparseable: bool = True,
         transport: str = "litellm",
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         **litellm_kwargs: Any,
     ):
         if not isinstance(model, str) or not model.strip():
@@ -229,6 +235,7 @@ class LiteLLMJudge(JudgeTasks):
         self.backoff_max = float(backoff_max)
         self.retry_unparseable = retry_unparseable
         self.transport = transport
+        self.max_response_bytes = check_max_response_bytes(max_response_bytes)
         self.litellm_kwargs = dict(litellm_kwargs)
         self._init_runtime()
 
@@ -245,7 +252,8 @@ class LiteLLMJudge(JudgeTasks):
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
-            self.model, self.api_base, self.timeout, self.api_key_env, self._transport_kwargs(), self.max_concurrency
+            self.model, self.api_base, self.timeout, self.api_key_env, self._transport_kwargs(), self.max_concurrency,
+            max_response_bytes=self.max_response_bytes,
         )
         self.last_failure: JudgeFailure | None = None  # the most recent unscorable item's reason (for error messages)
         shared_loop.register_closer(self._transport)  # closed at interpreter exit if close() is never called
@@ -301,6 +309,7 @@ class LiteLLMJudge(JudgeTasks):
             "cache_dir": self.cache_dir,
             "api_key_env": self.api_key_env,
             "transport": self.transport,
+            "max_response_bytes": self.max_response_bytes,
             **self.litellm_kwargs,
         }
 
@@ -405,8 +414,7 @@ class LiteLLMJudge(JudgeTasks):
                 return parsed
             self.stats.add(unparseable=1)
             if not self.retry_unparseable or attempt == self.num_retries:
-                answer = redact(reply.text or "")
-                shown = answer if len(answer) <= 300 else f"{answer[:150]} … {answer[-150:]}"
+                shown = _excerpt(reply.text or "")
                 return self._give_up(started, attempt + 1, f"unreadable answer {shown!r}", UNREADABLE)
         raise AssertionError("unreachable: the last attempt always returns")
 
@@ -436,7 +444,8 @@ class LiteLLMJudge(JudgeTasks):
         None means the judge answered."""
         import_litellm()
         transport = TRANSPORTS[self.transport](self.model, self.api_base, self.timeout, self.api_key_env,
-                                               {**self._transport_kwargs(), "max_tokens": PROBE_MAX_TOKENS})
+                                               {**self._transport_kwargs(), "max_tokens": PROBE_MAX_TOKENS},
+                                               max_response_bytes=self.max_response_bytes)
         messages = [{"role": "user", "content": "Reply with the word OK."}]
 
         async def ask():
@@ -497,6 +506,16 @@ class LiteLLMJudge(JudgeTasks):
 
     async def _abatch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]], explain: bool = False) -> list[Any]:
         return _explained(await shared_loop.run_async(lambda: self._answer_many(jobs)), explain)
+
+
+def _excerpt(text: str, keep: int = 150) -> str:
+    """The start and end of an answer, redacted: only ~2 KB are redacted however long the answer (redacting
+    megabytes on the event loop stalls every other request)."""
+    if len(text) <= 2 * keep:
+        return redact(text)
+    margin = 1000  # a credential up to this long straddling the cut is still redacted whole
+    head, tail = redact(text[: keep + margin])[:keep], redact(text[-(keep + margin):])[-keep:]
+    return f"{head} … {tail}"
 
 
 def _explained(results: list[Any], explain: bool) -> list[Any]:

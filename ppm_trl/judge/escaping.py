@@ -452,6 +452,29 @@ _PAPO_RULES = (_role_tokens, line_rule(_PAPO_LINES))
 _PROCESS_RULES = (tag_rule([r"part_\d+", r"analysis_\d+", "conclusion"]), _role_tokens, line_rule(_HEADERS))
 
 
+# Headers that name a section of the rubric-generation, obsoletion-graph or process-reward prompts (other headers,
+# such as a GSM8K reference's '#### 72', are the dataset's own and stay as written).
+_SECTION_HEADERS = re.compile(
+    r"^[ \t#*_]*#[ \t#*_]*(?:example[ \t]+)?(?:problem|reference|solution|rubric|instructions?|task|output|"
+    r"obsoletion|evaluation|student)\b",
+    re.MULTILINE,
+)
+_DATASET_RULES = (tag_rule(["rollout", "rubric", "makes_obsolete_graph", "rule", r"part_\d+", r"analysis_\d+", "conclusion"]),
+                  _role_tokens, _sections)
+
+
+def escape_dataset_text(text: str, rules: str = "ppm") -> str:
+    """Dataset text (problem, reference solution, rubric point) for a prompt: a poisoned row could otherwise close
+    the prompt's tags or plant its structure. The rules of the prompt's untrusted slot (`rules`: 'ppm', 'papo' or
+    'process') plus every tag the judge prompts and parsers use (`<rollout>`, `<rubric>`, `<makes_obsolete_graph>`,
+    `<part_i>`, `<conclusion>`, ...), chat-template tokens and 'Section N'."""
+    line_rules = {"ppm": (line_rule(_PPM_LINES),), "papo": (line_rule(_PAPO_LINES),),
+                  "process": (line_rule(_SECTION_HEADERS),)}
+    if rules not in line_rules:
+        raise ValueError(f"unknown escaping rules {rules!r}; accepted: {sorted(line_rules)}")
+    return neutralize(text, _DATASET_RULES + line_rules[rules])
+
+
 def neutralize_tags(text: str, names: Iterable[str]) -> str:
     """`<name ...>`, `</name>` and their look-alike spellings become `(name ...)` / `(/name)`."""
     return neutralize(text, [tag_rule(names)])
