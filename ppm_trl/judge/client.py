@@ -37,7 +37,7 @@ from typing import Any
 from ppm_trl.judge import loop as shared_loop
 from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint, request_key
 from ppm_trl.judge.stats import JudgeStats
-from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser
+from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser, with_nonce
 from ppm_trl.judge.transport import (
     DEFAULT_MAX_RESPONSE_BYTES,
     TRANSPORT_ARGUMENTS,
@@ -177,6 +177,8 @@ class LiteLLMJudge(JudgeTasks):
         max_response_bytes: the largest answer body (decoded) an attempt accepts; a larger one fails the attempt
             (`openai_http` stops reading at the cap, so a decompression bomb costs at most this much; LiteLLM can
             only refuse the text it returns).
+        echo_nonce: ask the judge to start each answer with a per-request nonce and refuse (retry, never cache) an
+            answer without it — catches a server that returns another request's answer (`tasks.with_nonce`).
         **litellm_kwargs: extra `litellm.acompletion` arguments (max_tokens, reasoning_effort, ...); they are part
             of the cache key. Credentials are refused here — use the environment.
     """
@@ -196,6 +198,7 @@ class LiteLLMJudge(JudgeTasks):
         retry_unparseable: bool = True,
         transport: str = "litellm",
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        echo_nonce: bool = False,
         **litellm_kwargs: Any,
     ):
         if not isinstance(model, str) or not model.strip():
@@ -236,6 +239,7 @@ class LiteLLMJudge(JudgeTasks):
         self.retry_unparseable = retry_unparseable
         self.transport = transport
         self.max_response_bytes = check_max_response_bytes(max_response_bytes)
+        self.echo_nonce = bool(echo_nonce)
         self.litellm_kwargs = dict(litellm_kwargs)
         self._init_runtime()
 
@@ -310,6 +314,7 @@ class LiteLLMJudge(JudgeTasks):
             "api_key_env": self.api_key_env,
             "transport": self.transport,
             "max_response_bytes": self.max_response_bytes,
+            "echo_nonce": self.echo_nonce,
             **self.litellm_kwargs,
         }
 
@@ -477,6 +482,8 @@ class LiteLLMJudge(JudgeTasks):
         writes: list[asyncio.Future] = []  # cache writes of the new answers
         try:
             for messages, parse in jobs:
+                if self.echo_nonce:
+                    messages, parse = with_nonce(messages, parse)
                 fingerprint = self._fingerprint(messages)
                 key = request_key(fingerprint)
                 keys.append(key)

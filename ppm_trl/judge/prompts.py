@@ -63,8 +63,14 @@ def build_messages(name: str, **slots: str) -> list[dict[str, str]]:
 
 
 def format_rubric(points: Sequence[str]) -> str:
-    """'1. first point\\n2. second point' — the numbered list the App. D prompts expect."""
-    return "\n".join(f"{i}. {' '.join(str(point).split())}" for i, point in enumerate(points, start=1))
+    """'1. first point\\n2. second point' — the numbered list the App. D prompts expect (each point on one line,
+    escaped as dataset text)."""
+    return "\n".join(f"{i}. {rubric_point(point)}" for i, point in enumerate(points, start=1))
+
+
+def rubric_point(point: str) -> str:
+    """A rubric point as the prompts show it: on one line, escaped as dataset text."""
+    return escape_dataset_text(" ".join(str(point).split()))
 
 
 def ppm_grading_messages(problem: str, points: Sequence[str], prefix: str) -> list[dict[str, str]]:
