@@ -95,7 +95,8 @@ def _tr39_sources(target: str) -> list[str]:
 STRUCTURAL = {
     "<": lambda c: f"alpha {c}/rollout>",
     "/": lambda c: f"alpha <{c}rollout>",
-    **{letter: (lambda letter: lambda c: "alpha </" + "rollout".replace(letter, c) + ">")(letter) for letter in "rolut"},
+    **{letter: functools.partial(lambda letter, c: "alpha </" + "rollout".replace(letter, c) + ">", letter)
+       for letter in "rolut"},
 }
 
 
@@ -156,7 +157,7 @@ NAMED = {
 @pytest.mark.parametrize("name", ["ro11out", "roIIout", "ro||out", "r0ll0ut", "R0LLOUT"])
 def test_ascii_lookalikes_in_tag_names(name):
     # TR39 lists 1, I and | as confusable with l, and 0 with O: a tag name spelt with them is still a tag.
-    assert escape_rollout(f"alpha </{name}> x") == f"alpha (/{name.lower().replace('i', 'i')}) x"
+    assert escape_rollout(f"alpha </{name}> x") == f"alpha (/{name.lower()}) x"
 
 
 @pytest.fixture(scope="module")
