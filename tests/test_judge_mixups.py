@@ -218,3 +218,20 @@ def test_nonce_parser_refuses_a_missing_or_other_nonce():
     assert parse(f"the answer\nRequest-ID: {nonce}") is None  # it must come first
     user_only, _ = with_nonce([{"role": "user", "content": "U"}], str)
     assert user_only[0]["content"].startswith("U\n\n") and "Request-ID: " in user_only[0]["content"]
+
+
+def test_echo_nonce_is_a_judge_setting():
+    import argparse
+
+    from ppm_trl.configs import JudgeArguments
+    from ppm_trl.prepare import add_prepare_arguments
+
+    assert JudgeArguments(judge_echo_nonce=True).judge_kwargs("/tmp/out")["echo_nonce"] is True
+    assert JudgeArguments().judge_kwargs("/tmp/out")["echo_nonce"] is False
+    judge = LiteLLMJudge("openai/x", api_base="http://127.0.0.1:9/v1", echo_nonce=True)
+    assert judge.config()["echo_nonce"] is True
+    with pytest.raises(ValueError, match="echo_nonce"):
+        LiteLLMJudge("openai/x", api_base="http://127.0.0.1:9/v1", echo_nonce="no")
+    parsed = add_prepare_arguments(argparse.ArgumentParser()).parse_args(
+        ["--dataset", "d", "--reference-column", "r", "--judge-model", "m", "--out", "o", "--echo-nonce"])
+    assert parsed.echo_nonce is True

@@ -239,7 +239,9 @@ class LiteLLMJudge(JudgeTasks):
         self.retry_unparseable = retry_unparseable
         self.transport = transport
         self.max_response_bytes = check_max_response_bytes(max_response_bytes)
-        self.echo_nonce = bool(echo_nonce)
+        if not isinstance(echo_nonce, bool):
+            raise ValueError(f"echo_nonce must be True or False, got {echo_nonce!r}")
+        self.echo_nonce = echo_nonce
         self.litellm_kwargs = dict(litellm_kwargs)
         self._init_runtime()
 
