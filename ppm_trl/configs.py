@@ -121,6 +121,18 @@ class JudgeArguments:
         metadata={"help": "On-disk cache of judge answers; default `<output_dir>/judge_cache`; `none`: no cache. "
                   "A directory that cannot be created or written is an error before training."},
     )
+    judge_max_response_bytes: int = field(
+        default=4 * 2**20,
+        metadata={"help": "Largest judge answer body (bytes, decoded) an attempt accepts; a larger one fails the "
+                  "attempt. `openai_http` stops reading at the cap (a gzip bomb costs at most this); `litellm` can "
+                  "only refuse the text it returns."},
+    )
+    judge_echo_nonce: bool = field(
+        default=False,
+        metadata={"help": "Ask the judge to start its answer with a per-request nonce and refuse (retry, never cache) "
+                  "an answer without it: catches a server that returns another request's answer. Needs a judge "
+                  "that follows that instruction."},
+    )
 
     def judge_kwargs(self, output_dir: str) -> dict:
         import os
@@ -134,6 +146,8 @@ class JudgeArguments:
             temperature=self.judge_temperature,
             transport=self.judge_transport,
             api_key_env=self.judge_api_key_env,
+            max_response_bytes=self.judge_max_response_bytes,
+            echo_nonce=self.judge_echo_nonce,
             cache_dir=None if str(self.judge_cache_dir or "").lower() == "none"
             else self.judge_cache_dir or os.path.join(output_dir, "judge_cache"),
             max_rpm=self.judge_max_rpm,

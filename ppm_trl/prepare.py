@@ -81,6 +81,10 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
                        help="Stop starting rows once the judge has cost this much (finished rows are kept).")
     judge.add_argument("--max-total-tokens", type=int, default=None,
                        help="Stop starting rows once the judge has used this many tokens (finished rows are kept).")
+    judge.add_argument("--max-response-bytes", type=int, default=4 * 2**20,
+                       help="Largest judge answer body (bytes, decoded) an attempt accepts.")
+    judge.add_argument("--echo-nonce", action="store_true",
+                       help="Make the judge echo a per-request nonce; refuse answers without it.")
     output = parser.add_argument_group("output")
     target = output.add_mutually_exclusive_group(required=True)
     target.add_argument("--out", default=None, help="Directory for the prepared dataset (save_to_disk).")
@@ -384,7 +388,8 @@ def run_prepare(args: argparse.Namespace):
                          else args.cache_dir or os.path.join(work_dir, "judge_cache"),
                          api_key_env=args.api_key_env, transport=args.transport, max_rpm=args.max_rpm,
                          max_tpm=args.max_tpm, max_cost_usd=args.max_cost_usd,
-                         max_total_tokens=args.max_total_tokens)
+                         max_total_tokens=args.max_total_tokens,
+                         max_response_bytes=args.max_response_bytes, echo_nonce=args.echo_nonce)
     if jobs and not args.no_judge_probe:
         judge.probe()  # a judge that cannot answer fails here, before any row's work
     finished = [len(done)]  # rows in the progress file, for the Ctrl-C message

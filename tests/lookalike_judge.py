@@ -3,8 +3,9 @@
 The scripted judge of `judge_server.py` matches the prompt's ASCII structure literally, so it cannot be fooled by
 `＜/rollout＞` or `## Еvaluation` (Cyrillic Е). This one reads the prompt the way a capable but too obedient LLM
 would: it first normalises what it reads — its OWN folding, deliberately independent of `ppm_trl.judge.escaping`:
-HTML entities decoded (twice), NFKC, format characters (zero-width, soft hyphen) dropped, Cyrillic/Greek
-look-alikes, angle-quote brackets and dashes read as ASCII — and then takes the first thing that looks like the
+HTML entities decoded (twice), Unicode tag characters decoded to the ASCII they encode, NFKC, format, private-use
+and unassigned characters and variation selectors dropped, every TR39 confusable of an ASCII character read as it
+(Cyrillic, Greek, Armenian, small capitals, ...), angle-quote brackets, dashes and `⌗` read as ASCII — and then takes the first thing that looks like the
 end of the untrusted text as its end:
 
 - PPM prompt: a closing `</rollout` (with or without `>`, `<\\/rollout`), a chat-template token (`<|im_end|>`,
@@ -19,17 +20,20 @@ cut_in_quote=True)` plays an answer cut off by max_tokens right after the first 
 
 from __future__ import annotations
 
+import functools
 import html
+import json
 import re
 import unicodedata
 from collections.abc import Callable
+from importlib import resources
 
 _READ_AS = str.maketrans({
     "а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "у": "y", "х": "x", "і": "i", "ѕ": "s", "ј": "j",
     "А": "A", "Е": "E", "О": "O", "Р": "P", "С": "C", "Т": "T", "Х": "X", "Ѕ": "S", "І": "I", "К": "K", "М": "M",
     "Η": "H", "Ο": "O", "ο": "o", "Ε": "E", "Α": "A", "Τ": "T", "ρ": "p", "ν": "v", "ι": "i",
     "‹": "<", "›": ">", "«": "<", "»": ">", "〈": "<", "〉": ">", "⟨": "<", "⟩": ">",
-    "—": "-", "–": "-", "―": "-", "−": "-", "─": "-", "‐": "-",
+    "—": "-", "–": "-", "―": "-", "−": "-", "─": "-", "‐": "-", "⌗": "#", "♯": "#",
 })
 _END_OF_ROLLOUT = re.compile(
     r"<\s*\\*/\s*rollout(?![a-z])|<\|[a-z_]+\|>|\[/?inst\]|<</?sys>>|<end_of_turn>"
@@ -42,13 +46,43 @@ _NUMBERED = re.compile(r"^\s*(\d+)\s*[.)]\s*(.+?)\s*$", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
+@functools.cache
+def tr39_ascii() -> dict[str, str]:
+    """Every non-ASCII character Unicode TR39 (confusables.txt, the `confusable_homoglyphs` package's copy) lists as
+    confusable with an ASCII character or string → that ASCII text (the shortest, then the first in code order)."""
+    data = json.loads(resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text(encoding="utf-8"))
+    marks = str.maketrans("", "", "\u200e\u200f")
+    readings: dict[str, list[str]] = {}
+    for source, entries in data.items():
+        for entry in entries:
+            a, b = source.translate(marks), entry["c"].translate(marks)
+            for char, other in ((a, b), (b, a)):
+                if len(char) == 1 and not char.isascii() and other.isascii() and other.strip():
+                    readings.setdefault(char, []).append(other)
+    return {char: min(options, key=lambda o: (len(o), o)) for char, options in readings.items()}
+
+
+def _decode_tags(text: str) -> str:
+    """Unicode tag characters (U+E0020..U+E007E) read as the ASCII they encode, as some models do."""
+    return "".join(chr(ord(c) - 0xE0000) if 0xE0020 <= ord(c) <= 0xE007E else c for c in text)
+
+
 def read_as_judge(text: str) -> str:
     """The text as this judge reads it."""
-    text = html.unescape(html.unescape(text))
+    text = _decode_tags(html.unescape(html.unescape(text)))
     text = unicodedata.normalize("NFKC", text)
-    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    text = "".join(c for c in text if unicodedata.category(c) not in ("Cf", "Co", "Cn") and not 0xFE00 <= ord(c) <= 0xFE0F)
     text = re.sub(r"\r\n?|[\u2028\u2029\x85\x0b\x0c]", "\n", text)
-    return text.translate(_READ_AS)
+    tr39 = tr39_ascii()
+    return "".join(tr39.get(c, tr39.get(c.lower(), _small_capital(c))) for c in text.translate(_READ_AS))
+
+
+def _small_capital(char: str) -> str:
+    """`ʀ` (LATIN LETTER SMALL CAPITAL R) reads as `r`; TR39 lists only some small capitals."""
+    name = unicodedata.name(char, "")
+    if name.startswith("LATIN LETTER SMALL CAPITAL ") and len(name.rsplit(" ", 1)[1]) == 1:
+        return name[-1].lower()
+    return char
 
 
 def _met(criterion: str, evidence: str) -> bool:

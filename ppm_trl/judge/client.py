@@ -44,12 +44,14 @@ from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint,
 from ppm_trl.judge.claims import KeyClaims
 from ppm_trl.judge.limits import RateLimiter, estimate_tokens, exhausted_for, process_count
 from ppm_trl.judge.stats import JudgeStats
-from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser
+from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser, with_nonce
 from ppm_trl.judge.transport import (
+    DEFAULT_MAX_RESPONSE_BYTES,
     TRANSPORT_ARGUMENTS,
     TRANSPORTS,
     HTTPStatusError,
     MalformedReplyError,
+    check_max_response_bytes,
     import_litellm,
 )
 
@@ -185,6 +187,11 @@ class LiteLLMJudge(JudgeTasks):
         transport: "litellm" (`litellm.acompletion`, any provider) or "openai_http" (direct POST to an
             OpenAI-compatible `api_base` with `openai/…` or `hosted_vllm/…` models: no LiteLLM per-request CPU
             overhead, for fast local servers; see `transport.py`).
+        max_response_bytes: the largest answer body (decoded) an attempt accepts; a larger one fails the attempt
+            (`openai_http` stops reading at the cap, so a decompression bomb costs at most this much; LiteLLM can
+            only refuse the text it returns).
+        echo_nonce: ask the judge to start each answer with a per-request nonce and refuse (retry, never cache) an
+            answer without it — catches a server that returns another request's answer (`tasks.with_nonce`).
         **litellm_kwargs: extra `litellm.acompletion` arguments (max_tokens, reasoning_effort, ...); they are part
             of the cache key. Credentials are refused here — use the environment.
     """
@@ -209,6 +216,8 @@ class LiteLLMJudge(JudgeTasks):
         processes: int | None = None,
         max_cost_usd: float | None = None,
         max_total_tokens: int | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        echo_nonce: bool = False,
         **litellm_kwargs: Any,
     ):
         if not isinstance(model, str) or not model.strip():
@@ -260,6 +269,10 @@ class LiteLLMJudge(JudgeTasks):
         self.max_rpm, self.max_tpm, self.burst_seconds = max_rpm, max_tpm, float(burst_seconds)
         self.processes = processes
         self.max_cost_usd, self.max_total_tokens = max_cost_usd, max_total_tokens
+        self.max_response_bytes = check_max_response_bytes(max_response_bytes)
+        if not isinstance(echo_nonce, bool):
+            raise ValueError(f"echo_nonce must be True or False, got {echo_nonce!r}")
+        self.echo_nonce = echo_nonce
         self.litellm_kwargs = dict(litellm_kwargs)
         self._init_runtime()
 
@@ -284,7 +297,8 @@ class LiteLLMJudge(JudgeTasks):
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
         self._transport = TRANSPORTS[self.transport](
-            self.model, self.api_base, self.timeout, self.api_key_env, self._transport_kwargs(), self.process_concurrency
+            self.model, self.api_base, self.timeout, self.api_key_env, self._transport_kwargs(), self.process_concurrency,
+            max_response_bytes=self.max_response_bytes,
         )
         self.last_failure: JudgeFailure | None = None  # the most recent unscorable item's reason (for error messages)
         shared_loop.register_closer(self._transport)  # closed at interpreter exit if close() is never called
@@ -344,6 +358,8 @@ class LiteLLMJudge(JudgeTasks):
             "max_tpm": self.max_tpm,
             "max_cost_usd": self.max_cost_usd,
             "max_total_tokens": self.max_total_tokens,
+            "max_response_bytes": self.max_response_bytes,
+            "echo_nonce": self.echo_nonce,
             **self.litellm_kwargs,
         }
 
@@ -489,8 +505,7 @@ class LiteLLMJudge(JudgeTasks):
                 return parsed
             self.stats.add(unparseable=1)
             if not self.retry_unparseable or attempt == self.num_retries:
-                answer = redact(reply.text or "")
-                shown = answer if len(answer) <= 300 else f"{answer[:150]} … {answer[-150:]}"
+                shown = _excerpt(reply.text or "")
                 return self._give_up(started, attempt + 1, f"unreadable answer {shown!r}", UNREADABLE)
         raise AssertionError("unreachable: the last attempt always returns")
 
@@ -545,7 +560,8 @@ class LiteLLMJudge(JudgeTasks):
         None means the judge answered."""
         import_litellm()
         transport = TRANSPORTS[self.transport](self.model, self.api_base, self.timeout, self.api_key_env,
-                                               {**self._transport_kwargs(), "max_tokens": PROBE_MAX_TOKENS})
+                                               {**self._transport_kwargs(), "max_tokens": PROBE_MAX_TOKENS},
+                                               max_response_bytes=self.max_response_bytes)
         messages = [{"role": "user", "content": "Reply with the word OK."}]
 
         async def ask():
@@ -578,6 +594,8 @@ class LiteLLMJudge(JudgeTasks):
         writes: list[asyncio.Future] = []  # cache writes of the new answers
         try:
             for messages, parse in jobs:
+                if self.echo_nonce:
+                    messages, parse = with_nonce(messages, parse)
                 fingerprint = self._fingerprint(messages)
                 key = request_key(fingerprint)
                 keys.append(key)
@@ -613,6 +631,16 @@ class LiteLLMJudge(JudgeTasks):
 
     async def _abatch(self, jobs: Sequence[tuple[list[dict[str, str]], Parser]], explain: bool = False) -> list[Any]:
         return _explained(await shared_loop.run_async(lambda: self._answer_many(jobs)), explain)
+
+
+def _excerpt(text: str, keep: int = 150) -> str:
+    """The start and end of an answer, redacted: only ~2 KB are redacted however long the answer (redacting
+    megabytes on the event loop stalls every other request)."""
+    if len(text) <= 2 * keep:
+        return redact(text)
+    margin = 1000  # a credential up to this long straddling the cut is still redacted whole
+    head, tail = redact(text[: keep + margin])[:keep], redact(text[-(keep + margin):])[-keep:]
+    return f"{head} … {tail}"
 
 
 def _explained(results: list[Any], explain: bool) -> list[Any]:

@@ -14,14 +14,20 @@ but makes it impossible to mistake for the prompt's structure:
   a setext `====` underline, `1. YES`, `* *2 YES`, `Verdict: YES`, `## Evaluation`, `Score: ...`) are quoted
   with a leading '> '.
 
-Look-alikes. A judge model reads `＜/rollout＞`, `</rоllout>` (Cyrillic о), `</roll\\u200bout>`, `&#60;/rollout>`
-or `## Evaluation` written with full-width `＃` as the real thing. So the patterns are matched on a *folded* copy
-of the text — per character NFKC with combining marks dropped, zero-width and other format characters (soft
-hyphen included) removed, HTML entities decoded, Cyrillic/Greek letters, angle brackets, dashes and slashes
-that look like ASCII mapped to it, every Unicode line break made '\\n' — and each match is neutralised in the
-ORIGINAL text at the place it came from. Text that matches nothing passes through unchanged (x², π, accents and
-Cyrillic prose stay as written); the neutral forms use ASCII round brackets, which no look-alike reading turns
-back into a tag.
+Hidden characters. Whatever prints as nothing is removed from the untrusted text before anything else
+(`strip_hidden`): format characters (zero-width, bidi controls, soft hyphen, Unicode tag characters, which some
+models decode as the ASCII they shadow), private-use characters, surrogates, control characters other than tab and
+line breaks, variation selectors and every other default-ignorable code point.
+
+Look-alikes. A judge model reads `＜/rollout＞`, `</rоllout>` (Cyrillic о), `</rօllօսt>` (Armenian), `&#60;/rollout>`
+or `## Evaluation` written with `⌗` as the real thing. So the patterns are matched on a *folded* copy of the text —
+per character NFKC with combining marks dropped, unassigned code points dropped, HTML entities decoded, every
+character that Unicode TR39 (confusables.txt) lists as confusable with ASCII read as that ASCII, plus rules by
+Unicode property for what TR39 does not list (dashes, angle brackets and quotes, number signs, small capitals),
+every Unicode line break read as '\\n' — and each match is neutralised in the ORIGINAL text at the place it came
+from. Tag names also match their ASCII look-alikes (`</ro11out>`). Text that matches nothing passes through
+unchanged (x², π, accents and Cyrillic prose stay as written); the neutral forms use ASCII round brackets, which
+no look-alike reading turns back into a tag.
 
 `\\boxed{}` is left alone in PAPO student solutions: it is how a student states the final answer, which the
 judge must see; the score is read from the box on the judge's own last 'Score:' line.
@@ -34,50 +40,173 @@ import functools
 import html
 import re
 import unicodedata
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from ppm_trl.judge.parsing import GRADE_LINE
 
 # --------------------------------------------------------------------------------------------------- folding
 _LINE_BREAKS = frozenset("\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
-_INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")  # Hangul fillers: letters that print as nothing
-_LOOKALIKES = {
-    # Cyrillic
-    "А": "A", "В": "B", "С": "C", "Е": "E", "Н": "H", "І": "I", "Ј": "J", "К": "K", "М": "M", "О": "O", "Р": "P",
-    "Ѕ": "S", "Т": "T", "Х": "X", "У": "Y", "Ү": "Y", "Ԁ": "D", "Ԛ": "Q", "Ԝ": "W", "Ӏ": "I",
-    "а": "a", "с": "c", "е": "e", "о": "o", "р": "p", "ѕ": "s", "і": "i", "ј": "j", "х": "x", "у": "y",
-    "ү": "y", "ԁ": "d", "һ": "h", "ԛ": "q", "ԝ": "w", "ӏ": "l", "ь": "b", "г": "r", "п": "n", "т": "t",
-    # Greek
-    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O", "Ρ": "P",
-    "Τ": "T", "Υ": "Y", "Χ": "X", "Ϲ": "C", "ο": "o", "ι": "i", "κ": "k", "ν": "v", "ρ": "p", "υ": "u", "α": "a",
-    "τ": "t", "ϲ": "c", "ϳ": "j", "ε": "e",
-    # Latin oddities NFKC keeps
-    "ı": "i", "ȷ": "j", "ɡ": "g", "ʏ": "y", "ɴ": "n",
-    # brackets, slashes, bars, dashes, colons, number signs
-    "‹": "<", "›": ">", "«": "<", "»": ">", "〈": "<", "〉": ">", "⟨": "<", "⟩": ">", "❬": "<", "❭": ">",
-    "❮": "<", "❯": ">", "ᐸ": "<", "ᐳ": ">", "˂": "<", "˃": ">", "⧼": "<", "⧽": ">",
-    "∕": "/", "⁄": "/", "⧸": "/", "╱": "/", "ǀ": "|", "∣": "|", "│": "|", "┃": "|",
-    "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-", "─": "-", "━": "-", "⸺": "-", "⸻": "-",
-    "⎯": "-", "ー": "-", "∶": ":", "꞉": ":", "ː": ":", "˸": ":", "♯": "#", "⋕": "#",
-}
-_LOOKALIKE_TABLE = str.maketrans(_LOOKALIKES)
+# Default_Ignorable_Code_Point (Unicode DerivedCoreProperties) that are not Cf/Co/Cn/Cs, so no category rule finds
+# them: variation selectors, the combining grapheme joiner, Khmer inherent vowels, Hangul fillers (letters that print
+# as nothing); plus the braille blank, which prints as nothing too.
+_IGNORABLE_RANGES = ((0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x2800, 0x2800), (0xE0000, 0xE0FFF))
+# Unassigned code points that Unicode reserves as default-ignorable (and noncharacters): stripped from the text
+# too. Other unassigned code points may be characters of a newer Unicode than Python's, so they are only
+# ignored while matching (see `is_invisible`).
+_RESERVED_IGNORABLE = ((0x2065, 0x2065), (0xFFF0, 0xFFF8), (0xFDD0, 0xFDEF), (0xE0000, 0xE0FFF))
+_TAG_ASCII = range(0xE0020, 0xE007F)  # TAG SPACE .. TAG TILDE: invisible copies of ASCII that models decode
+
+
+def _in(ranges: tuple[tuple[int, int], ...], code: int) -> bool:
+    return any(low <= code <= high for low, high in ranges)
+
+
+@functools.lru_cache(maxsize=16384)
+def is_hidden(char: str) -> bool:
+    """Whether `char` is stripped from untrusted text before it goes into a prompt: it prints as nothing (or has
+    no agreed glyph) yet a model may read it. The rule: general category Cf (format: zero-width characters, bidi
+    controls, tag characters, soft hyphen, invisible operators), Co (private use), Cs (surrogates), Cc other than
+    tab and line breaks, every Default_Ignorable_Code_Point that is not one of those (variation selectors,
+    combining grapheme joiner, Hangul fillers, ...), the unassigned code points Unicode reserves as
+    default-ignorable, and noncharacters."""
+    if char in _LINE_BREAKS or char in "\t\n":
+        return False
+    code = ord(char)
+    category = unicodedata.category(char)
+    if category in ("Cf", "Co", "Cs", "Cc") or _in(_IGNORABLE_RANGES, code):
+        return True
+    return category == "Cn" and (_in(_RESERVED_IGNORABLE, code) or (code & 0xFFFE) == 0xFFFE)
+
+
+def is_invisible(char: str) -> bool:
+    """What the folding drops while matching: every hidden character (`is_hidden`) and every unassigned code point."""
+    return is_hidden(char) or unicodedata.category(char) == "Cn"
+
+
+@functools.cache
+def _confusables() -> dict[str, tuple[str, ...]]:
+    """Unicode TR39 confusables (confusables.txt, as shipped by the `confusable_homoglyphs` package): each
+    character or sequence → the ones it is confusable with (both directions of each source → prototype line)."""
+    import json
+    from importlib import resources
+
+    try:
+        data = resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text(encoding="utf-8")
+    except ModuleNotFoundError:  # pragma: no cover - a declared dependency
+        raise ImportError("ppm_trl.judge needs the TR39 confusables data of `confusable_homoglyphs` "
+                          "(pip install confusable-homoglyphs==3.3.1)") from None
+    bidi_marks = str.maketrans("", "", "\u200e\u200f")  # the package's parser keeps the marks around RTL characters
+    partners: dict[str, set[str]] = {}
+    for source, entries in json.loads(data).items():
+        for entry in entries:
+            a, b = source.translate(bidi_marks), entry["c"].translate(bidi_marks)
+            if a and b and a != b:
+                partners.setdefault(a, set()).add(b)
+                partners.setdefault(b, set()).add(a)
+    return {char: tuple(sorted(others, key=lambda o: (len(o), o))) for char, others in partners.items()}
+
+
+# Look-alikes TR39 does not list, by Unicode property or name rather than one by one.
+_SMALL_CAPITAL_OR_HOOKED = re.compile(r"LATIN (?:LETTER SMALL CAPITAL|SMALL LETTER|CAPITAL LETTER) ([A-Z])(?: WITH .*)?")
+_NUMBER_SIGNS = frozenset("\u2317\u22d5")  # VIEWDATA SQUARE ⌗, EQUAL AND PARALLEL TO ⋕: drawn as '#'; TR39 lists none
+
+
+def _by_property(char: str) -> str | None:
+    """The ASCII character `char` is drawn as, by its Unicode category or name (TR39 gaps: dashes, angle brackets
+    and quotes, number signs, small capitals and letters with a hook or bar)."""
+    category = unicodedata.category(char)
+    name = unicodedata.name(char, "")
+    if category == "Pd" or name.endswith(" HORIZONTAL") or "HORIZONTAL LINE" in name or "HORIZONTAL BAR" in name:
+        return "-"
+    if re.search(r"\bANGLE\b", name) and category in ("Ps", "Pi", "Pe", "Pf"):
+        return "<" if category in ("Ps", "Pi") else ">"
+    if char in _NUMBER_SIGNS or "NUMBER SIGN" in name or "SHARP SIGN" in name:
+        return "#"
+    if "SOLIDUS" in name and category in ("Sm", "Po", "So"):
+        return "\\" if "REVERSE SOLIDUS" in name else "/"
+    if category[0] in "SP" and ("VERTICAL LINE" in name or "VERTICAL BAR" in name or name.endswith(" VERTICAL")):
+        return "|"
+    letter = _SMALL_CAPITAL_OR_HOOKED.fullmatch(name)
+    return letter.group(1).lower() if letter and category[0] == "L" else None
+
+
+def _pick(char: str, options: Sequence[str]) -> str:
+    """One ASCII reading among TR39's (the l/I/1/| prototype is '|' for a symbol, 'l' for a letter)."""
+    if "l" in options and unicodedata.category(char)[0] in "SP":
+        return "|"
+    return options[0]
+
+
+def _ascii_form(char: str) -> str | None:
+    """`char`'s NFKC form when that is visible ASCII, else what the property rules read it as."""
+    normal = unicodedata.normalize("NFKC", char)
+    if normal != char and normal.isascii() and normal.strip():
+        return normal
+    return _by_property(char)
+
+
+@functools.lru_cache(maxsize=16384)
+def ascii_reading(char: str) -> str | None:
+    """The ASCII text a look-alike-reading judge takes the non-ASCII `char` for, or None: its NFKC form if that is
+    ASCII; else its TR39 confusable that is ASCII; else the property rules (`_by_property`); else the same for its
+    NFKC form and for its TR39 confusables (one hop: Cyrillic `т` → small capital `ᴛ` → `t`)."""
+    reading = _ascii_form(char)
+    if reading is not None and reading == unicodedata.normalize("NFKC", char):
+        return reading
+    partners = _confusables().get(char, ())
+    ascii_partners = [p for p in partners if p.isascii() and p.isprintable() and p.strip()]
+    if ascii_partners:
+        return _pick(char, ascii_partners)
+    if reading is not None:
+        return reading
+    normal = unicodedata.normalize("NFKC", char)
+    if len(normal) == 1 and normal != char and not normal.isascii():
+        reading = ascii_reading(normal)
+    for partner in partners:
+        if reading is not None:
+            break
+        if len(partner) == 1 and not partner.isascii():
+            reading = _ascii_form(partner)
+    return reading
+
+
+def _read(char: str) -> str:
+    if char.isascii():
+        return char
+    lower = char.lower()
+    for candidate in ((lower, char) if len(lower) == 1 and lower != char else (char,)):
+        reading = ascii_reading(candidate)
+        if reading is not None:
+            return reading
+    return char
+
+
 # An HTML entity (`&amp;` prefixes decoded too): folds to another length, so it needs its own span.
 _ENTITY = r"&((?:amp;)*)(#[0-9]{1,8};?|#[xX][0-9a-fA-F]{1,8};?|[A-Za-z][A-Za-z0-9]{1,31};?)"
-_ASCII_FOLDABLE = re.compile(r"[&\r\x0b\x0c\x1c-\x1e]")
+_ASCII_INVISIBLE = "".join(map(chr, [*range(0, 9), *range(0x0E, 0x1C), 0x1F, 0x7F]))
+_ASCII_FOLDABLE = re.compile(r"[&\r\x0b\x0c\x1c-\x1e" + re.escape(_ASCII_INVISIBLE) + "]")
 _ASCII_LINE_BREAKS = dict.fromkeys("\r\x0b\x0c\x1c\x1d\x1e", "\n")  # '\r\n' reads as '\n\n': the same lines
 
 
 @functools.lru_cache(maxsize=16384)
 def fold_char(char: str) -> str:
-    """What a look-alike-reading judge takes one character for ('' for an invisible one)."""
+    """What a look-alike-reading judge takes one character for ('' for an invisible one): line breaks read as
+    '\n', hidden and unassigned characters as nothing (a tag character as the ASCII it encodes), spaces as ' ',
+    then per character NFKD with combining marks dropped and each character's ASCII reading (`ascii_reading`)."""
     if char in _LINE_BREAKS:
         return "\n"
-    if char in _INVISIBLE_LETTERS:
-        return ""
+    if is_invisible(char):
+        return chr(ord(char) - 0xE0000) if ord(char) in _TAG_ASCII else ""
+    if unicodedata.category(char) == "Zs":
+        return " "
+    whole = _read(char)  # a character TR39 reads as ASCII, before its decomposition hides that (`ϲ`, `ͺ`)
+    if whole.isascii():
+        return whole
     kept = "".join(
-        c for c in unicodedata.normalize("NFKD", char) if unicodedata.category(c) not in ("Mn", "Me", "Cf")
+        c for c in unicodedata.normalize("NFKD", char) if unicodedata.category(c) not in ("Mn", "Me") and not is_invisible(c)
     )
-    return unicodedata.normalize("NFC", kept).translate(_LOOKALIKE_TABLE)
+    return "".join(map(_read, unicodedata.normalize("NFC", kept)))
 
 
 class Folded:
@@ -100,7 +229,7 @@ class Folded:
         # keeps every position; only entities and characters that fold to zero or several need spans of their own.
         table: dict[str, str] = dict(_ASCII_LINE_BREAKS)
         irregular = []
-        for char in {c for c in set(text) if not c.isascii()}:
+        for char in {c for c in set(text) if not c.isascii() or c in _ASCII_INVISIBLE}:
             folded = fold_char(char)
             if len(folded) != 1:
                 irregular.append(char)
@@ -218,23 +347,55 @@ _PAPO_LINES = re.compile(
 _HEADERS = re.compile(r"^[ \t]*#", re.MULTILINE)
 
 
+@functools.cache
+def _ascii_variants(letter: str) -> str:
+    """`letter` and the ASCII characters TR39 lists as confusable with it, lower-cased (`l`: `l`, `1`, `i`, `|`)."""
+    conf = _confusables()
+    found = {letter}
+    for other in map(chr, range(0x21, 0x7F)):
+        if letter in conf.get(other, ()) or letter.upper() in conf.get(other, ()) or other in conf.get(letter, ()):
+            found.add(other.lower())
+    return "".join(sorted(found))
+
+
+def _lookalike_name(name: str) -> str:
+    """A tag-name pattern in which each plain letter also matches its ASCII look-alikes (`</ro11out>`, `</roIIout>`)."""
+    pieces = []
+    for piece in re.findall(r"\\.|.", name):
+        variants = _ascii_variants(piece) if len(piece) == 1 and piece.isascii() and piece.isalpha() else piece
+        pieces.append(f"[{re.escape(variants)}]" if len(piece) == 1 and len(variants) > 1 else piece)
+    return "".join(pieces)
+
+
 def tag_rule(names: Iterable[str]) -> Rule:
     """`<name ...>`, `</name>`, `</name` (no `>`), `<\\/name>` → `(name ...)`, `(/name)`."""
-    pattern = re.compile(
-        rf"<[ \t\n]*(\\*/)?[ \t\n]*({'|'.join(names)})(?![a-z0-9_])(?:([^<>\n]{{0,200}})>)?"
-    )
+    names = tuple(names)
+
+    @functools.cache
+    def pattern() -> re.Pattern[str]:  # built on first use: the confusables data loads lazily
+        alternatives = "|".join(map(_lookalike_name, names))
+        return re.compile(rf"<[ \t\n]*(\\*/)?[ \t\n]*({alternatives})(?![a-z0-9_])(?:([^<>\n]{{0,200}})>)?")
 
     def edits(folded: Folded) -> list[Edit]:
         return [
             (*folded.span(m.start(), m.end()), f"({'/' if m.group(1) else ''}{m.group(2)}{m.group(3) or ''})")
-            for m in pattern.finditer(folded.lowered)
+            for m in pattern().finditer(folded.lowered)
         ]
 
     return edits
 
 
+# `<|im_end|>` written with bars TR39 reads as `l` (letter-like `ǀ`, digit-like `𝟏`): only when both are non-ASCII.
+_LETTER_BAR_TOKEN = re.compile(r"<[l1i][a-z_]{2,40}[l1i]>")
+
+
 def _role_tokens(folded: Folded) -> list[Edit]:
-    return [(*folded.span(m.start(), m.end()), m.group().translate(_TO_ROUND)) for m in _ROLE_TOKENS.finditer(folded.lowered)]
+    edits = [(*folded.span(m.start(), m.end()), m.group().translate(_TO_ROUND)) for m in _ROLE_TOKENS.finditer(folded.lowered)]
+    for m in _LETTER_BAR_TOKEN.finditer(folded.lowered):
+        bars = [folded.text[slice(*folded.span(i, i + 1))] for i in (m.start() + 1, m.end() - 2)]
+        if not any(bar.isascii() for bar in bars):
+            edits.append((*folded.span(m.start(), m.end()), f"(|{m.group()[2:-2]}|)"))
+    return edits
 
 
 def _sections(folded: Folded) -> list[Edit]:
@@ -256,10 +417,19 @@ def line_rule(pattern: re.Pattern[str]) -> Rule:
     return edits
 
 
+def strip_hidden(text: str) -> str:
+    """`text` without its hidden characters (`is_hidden`): what prints as nothing cannot smuggle anything in."""
+    hidden = [c for c in set(text) if (not c.isascii() or c in _ASCII_INVISIBLE) and is_hidden(c)]
+    if not hidden:
+        return text
+    return text.translate(dict.fromkeys(map(ord, hidden)))
+
+
 def neutralize(text: str, rules: Iterable[Rule], max_passes: int = 4) -> str:
     """Apply `rules` until nothing in the folded text matches any of them (a replacement can, rarely, bring two
     pieces together into a new match). Each pass is linear in `len(text)`."""
     rules = list(rules)
+    text = strip_hidden(text)
     for _ in range(max_passes):
         folded = Folded(text)
         edits = sorted({edit for rule in rules for edit in rule(folded)}, key=lambda e: (e[0], e[1] > e[0]))
@@ -280,6 +450,29 @@ def neutralize(text: str, rules: Iterable[Rule], max_passes: int = 4) -> str:
 _ROLLOUT_RULES = (tag_rule(["rollout"]), _role_tokens, _sections, line_rule(_PPM_LINES))
 _PAPO_RULES = (_role_tokens, line_rule(_PAPO_LINES))
 _PROCESS_RULES = (tag_rule([r"part_\d+", r"analysis_\d+", "conclusion"]), _role_tokens, line_rule(_HEADERS))
+
+
+# Headers that name a section of the rubric-generation, obsoletion-graph or process-reward prompts (other headers,
+# such as a GSM8K reference's '#### 72', are the dataset's own and stay as written).
+_SECTION_HEADERS = re.compile(
+    r"^[ \t#*_]*#[ \t#*_]*(?:example[ \t]+)?(?:problem|reference|solution|rubric|instructions?|task|output|"
+    r"obsoletion|evaluation|student)\b",
+    re.MULTILINE,
+)
+_DATASET_RULES = (tag_rule(["rollout", "rubric", "makes_obsolete_graph", "rule", r"part_\d+", r"analysis_\d+", "conclusion"]),
+                  _role_tokens, _sections)
+
+
+def escape_dataset_text(text: str, rules: str = "ppm") -> str:
+    """Dataset text (problem, reference solution, rubric point) for a prompt: a poisoned row could otherwise close
+    the prompt's tags or plant its structure. The rules of the prompt's untrusted slot (`rules`: 'ppm', 'papo' or
+    'process') plus every tag the judge prompts and parsers use (`<rollout>`, `<rubric>`, `<makes_obsolete_graph>`,
+    `<part_i>`, `<conclusion>`, ...), chat-template tokens and 'Section N'."""
+    line_rules = {"ppm": (line_rule(_PPM_LINES),), "papo": (line_rule(_PAPO_LINES),),
+                  "process": (line_rule(_SECTION_HEADERS),)}
+    if rules not in line_rules:
+        raise ValueError(f"unknown escaping rules {rules!r}; accepted: {sorted(line_rules)}")
+    return neutralize(text, _DATASET_RULES + line_rules[rules])
 
 
 def neutralize_tags(text: str, names: Iterable[str]) -> str:

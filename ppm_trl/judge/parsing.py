@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
@@ -96,7 +97,8 @@ def _check_num_points(num_points: object) -> None:
         raise ValueError(f"num_points must be an integer >= 1, got {num_points!r}")
 
 
-def parse_point_grades(text: str, num_points: int) -> list[bool] | None:
+def parse_point_grades(text: str, num_points: int, points: Sequence[str] | None = None,
+                       rollout: str | None = None) -> list[bool] | None:
     """PPM grading answer (App. D) → one bool per rubric point, read ONLY from the final 'Section 2' list.
 
     Lines inside an `Evidence:` quote (from the `Evidence:` line to the next line starting `Reason:` or
@@ -104,23 +106,73 @@ def parse_point_grades(text: str, num_points: int) -> list[bool] | None:
     before the last 'Section 2' header with at least `num_points` `Verdict:` lines between them (a completed
     Section 1), and after it exactly the lines `1. YES|NO` … `num_points. YES|NO` and nothing else. Only the bare
     word YES grades a point as reached ('YES, partially' is unreadable → None).
+
+    Checks that the answer is for THIS request (a server that mixes up answers must not grade the wrong rollout):
+    with `points` (the rubric as the prompt showed it), every Section 1 `N. Criterion:` line must restate point N
+    (compared on letters and digits only; numbers beyond `num_points` fail); with `rollout` (the text the prompt
+    showed), the evidence quotes must come from it — an answer most of whose quoted fragments (16+ letters and
+    digits between ellipses) are not in the rollout is refused. A refused answer is None, like an unreadable one.
     """
     _check_num_points(num_points)
-    return _guarded(_point_grades, text, num_points)
+    if points is not None and len(points) != num_points:
+        raise ValueError(f"points has {len(points)} items but num_points is {num_points}")
+    return _guarded(_point_grades, text, num_points, points, rollout)
 
 
-def _point_grades(text: str, num_points: int) -> list[bool] | None:
+_CRITERION = re.compile(r"[ \t*_#]*([0-9]+)(?:[ \t]*[.):])?[ \t*_]*criterion[ \t*_]*:(.*)", re.IGNORECASE)
+_ELLIPSIS = re.compile(r"\[?(?:\.\.\.|…)\]?")
+_MIN_FRAGMENT = 16  # letters and digits: shorter quotes ("x = 2") match anywhere and prove nothing
+
+
+def comparable(text: str) -> str:
+    """`text` reduced to its letters and digits, case-folded: what a restated criterion or a quote is compared
+    on (a judge may change whitespace, Markdown or quote marks)."""
+    return "".join(c for c in unicodedata.normalize("NFKC", text).casefold() if c.isalnum())
+
+
+def _criteria_match(criteria: list[tuple[str, str]], points: Sequence[str]) -> bool:
+    for number, restated in criteria:
+        index = _ordinal(number)
+        if index is None or not 1 <= index <= len(points):
+            return False
+        said, asked = comparable(restated), comparable(points[index - 1])
+        if not said:
+            continue
+        shorter = min(len(said), len(asked))
+        if not (said == asked or (shorter >= 12 and (said in asked or asked in said)) or
+                (shorter >= 24 and said[:24] == asked[:24])):
+            return False
+    return True
+
+
+def _quotes_match(quotes: list[str], rollout: str) -> bool:
+    source = comparable(rollout)
+    fragments = [comparable(piece) for quote in quotes for piece in _ELLIPSIS.split(quote)]
+    fragments = [f.strip("\"'") for f in fragments if len(f) >= _MIN_FRAGMENT and "notpresentinrollout" not in f]
+    found = sum(1 for fragment in fragments if fragment in source)
+    return 2 * found >= len(fragments)
+
+
+def _point_grades(text: str, num_points: int, points: Sequence[str] | None = None,
+                  rollout: str | None = None) -> list[bool] | None:
     if not _readable(text):
         return None
     own: list[str] = []  # the judge's own lines, evidence quotes removed
+    quotes: list[str] = []  # the evidence quotes
+    criteria: list[tuple[str, str]] = []  # (number, restated criterion) of Section 1
     in_evidence = False
     for line in _lines(text):
         if in_evidence and _FIELD_AFTER_EVIDENCE.match(line):
             in_evidence = False
-        elif _EVIDENCE.match(line):
+        elif evidence := _EVIDENCE.match(line):
             in_evidence = True
+            quotes.append(line[evidence.end():])
+        elif in_evidence:
+            quotes[-1] += "\n" + line
         if not in_evidence:
             own.append(line)
+            if points is not None and (criterion := _CRITERION.match(line)):
+                criteria.append((criterion.group(1), criterion.group(2)))
     headers = [(index, match.group(1)) for index, line in enumerate(own) if (match := _SECTION_HEADER.match(line))]
     section2 = [index for index, number in headers if number == "2"]
     if not section2:
@@ -132,7 +184,14 @@ def _point_grades(text: str, num_points: int) -> list[bool] | None:
     verdicts = sum(1 for line in own[section1[0] + 1 : last] if (m := _FIELD_AFTER_EVIDENCE.match(line)) and m.group(1).lower() == "verdict")
     if verdicts < num_points:
         return None
-    return _grade_lines(own[last + 1 :], num_points)
+    grades = _grade_lines(own[last + 1 :], num_points)
+    if grades is None:
+        return None
+    if points is not None and not _criteria_match(criteria, points):
+        return None
+    if rollout is not None and not _quotes_match(quotes, rollout):
+        return None
+    return grades
 
 
 def parse_numbered_grades(text: str, num_points: int) -> list[bool] | None:

@@ -4,7 +4,8 @@ The template text lives in `prompts/*.txt`, copied from the papers (the PDF extr
 Slots are `{problem}`, `{solution}`, `{rubric}`, `{student_solution}` and `{tagged_chunk}`. They are filled in
 one pass, so a slot value that happens to contain "{rubric}" is never expanded again, and LaTeX braces in the
 templates need no escaping. Untrusted text (rollouts, student solutions) is neutralised by `escaping` before it
-goes into a slot.
+goes into a slot, and so is dataset text (problems, reference solutions, rubric points: `escape_dataset_text`),
+so that a poisoned dataset row cannot close a tag or plant prompt structure either.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 
-from ppm_trl.judge.escaping import escape_papo_solution, escape_process_chunk, escape_rollout
+from ppm_trl.judge.escaping import escape_dataset_text, escape_papo_solution, escape_process_chunk, escape_rollout
 
 SLOTS = ("problem", "solution", "rubric", "student_solution", "tagged_chunk")
 _SLOT_PATTERN = re.compile(r"\{(" + "|".join(SLOTS) + r")\}")
@@ -62,21 +63,29 @@ def build_messages(name: str, **slots: str) -> list[dict[str, str]]:
 
 
 def format_rubric(points: Sequence[str]) -> str:
-    """'1. first point\\n2. second point' — the numbered list the App. D prompts expect."""
-    return "\n".join(f"{i}. {' '.join(str(point).split())}" for i, point in enumerate(points, start=1))
+    """'1. first point\\n2. second point' — the numbered list the App. D prompts expect (each point on one line,
+    escaped as dataset text)."""
+    return "\n".join(f"{i}. {rubric_point(point)}" for i, point in enumerate(points, start=1))
+
+
+def rubric_point(point: str) -> str:
+    """A rubric point as the prompts show it: on one line, escaped as dataset text."""
+    return escape_dataset_text(" ".join(str(point).split()))
 
 
 def ppm_grading_messages(problem: str, points: Sequence[str], prefix: str) -> list[dict[str, str]]:
     """PPM prefix grading (App. D): which rubric points the partial rollout reaches."""
     return build_messages(
-        "ppm_grading", problem=problem, rubric=format_rubric(points), student_solution=escape_rollout(prefix)
+        "ppm_grading", problem=escape_dataset_text(problem), rubric=format_rubric(points),
+        student_solution=escape_rollout(prefix),
     )
 
 
 def standard_rubric_messages(problem: str, points: Sequence[str], prefix: str) -> list[dict[str, str]]:
     """The 'standard rubric prompt' the paper compares against in §5.3 (plain numbered YES/NO list)."""
     return build_messages(
-        "standard_rubric", problem=problem, rubric=format_rubric(points), student_solution=escape_rollout(prefix)
+        "standard_rubric", problem=escape_dataset_text(problem), rubric=format_rubric(points),
+        student_solution=escape_rollout(prefix),
     )
 
 
@@ -85,7 +94,8 @@ def papo_rubric_messages(problem: str, reference: str, response: str, tier: str 
     if tier not in PAPO_TIERS:
         raise ValueError(f"unknown rubric tier {tier!r}; accepted: {sorted(PAPO_TIERS)}")
     return build_messages(
-        PAPO_TIERS[tier][0], problem=problem, solution=reference, student_solution=escape_papo_solution(response)
+        PAPO_TIERS[tier][0], problem=escape_dataset_text(problem, "papo"), solution=escape_dataset_text(reference, "papo"),
+        student_solution=escape_papo_solution(response),
     )
 
 
@@ -94,14 +104,16 @@ def process_reward_messages(problem: str, parts: Sequence[str]) -> list[dict[str
     if not parts:
         raise ValueError("process reward needs at least one part to review")
     tagged = "\n\n".join(f"<part_{i}>\n{escape_process_chunk(part)}\n</part_{i}>" for i, part in enumerate(parts, start=1))
-    return build_messages("process_reward", problem=problem, tagged_chunk=tagged)
+    return build_messages("process_reward", problem=escape_dataset_text(problem, "process"), tagged_chunk=tagged)
 
 
 def rubric_generation_messages(problem: str, reference: str) -> list[dict[str, str]]:
     """App. D rubric (reasoning points) generation from a reference solution."""
-    return build_messages("rubric_generation", problem=problem, solution=reference)
+    return build_messages("rubric_generation", problem=escape_dataset_text(problem, "process"),
+                          solution=escape_dataset_text(reference, "process"))
 
 
 def obsoletion_graph_messages(problem: str, points: Sequence[str]) -> list[dict[str, str]]:
     """App. D obsoletion graph generation; the rubric is wrapped in <rubric> tags as in the paper's example."""
-    return build_messages("obsoletion_graph", problem=problem, rubric=f"<rubric>\n{format_rubric(points)}\n</rubric>")
+    return build_messages("obsoletion_graph", problem=escape_dataset_text(problem, "process"),
+                          rubric=f"<rubric>\n{format_rubric(points)}\n</rubric>")

@@ -12,6 +12,9 @@ exhausted on 5xx/timeouts, ...) or an answer that arrived but could not be read.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -72,7 +75,11 @@ class JudgeTasks(ABC):
             if not str(prefix).strip():
                 empty.append(index)  # an empty prefix reaches nothing: no request
                 continue
-            jobs.append((index, build(str(problem), points, str(prefix)), functools.partial(reader, num_points=len(points))))
+            messages = build(str(problem), points, str(prefix))
+            if style == "ppm":  # the answer restates the criteria and quotes the rollout: check both
+                reader = functools.partial(parsing.parse_point_grades, points=[prompts.rubric_point(p) for p in points],
+                                           rollout=_rollout_shown(messages))
+            jobs.append((index, messages, functools.partial(reader, num_points=len(points))))
         return jobs, empty
 
     def _merge_grades(self, items, jobs, empty, grades) -> list[list[bool] | None]:
@@ -157,6 +164,45 @@ class JudgeTasks(ABC):
     async def agenerate_graph(self, problem: str, points: Sequence[str],
                               explain: bool = False) -> list[dict[str, list[int]]] | None:
         return (await self._abatch([self._graph_job(problem, points)], explain))[0]
+
+
+def _rollout_shown(messages: list[dict[str, str]]) -> str:
+    """The (escaped) rollout as the PPM grading prompt shows it: between the template's own `<rollout>` tags (the
+    problem's and the rollout's tags are neutralised, so the first pair is the template's)."""
+    user = messages[-1]["content"]
+    start = user.find("<rollout>")
+    end = user.find("</rollout>", start)
+    return user[start + len("<rollout>") : end] if 0 <= start < end else user
+
+
+# ------------------------------------------------------------------------------------------ request nonce
+NONCE_INSTRUCTION = "Begin your answer with the line `Request-ID: {nonce}` (copied exactly), then answer as asked."
+_NONCE_LINE = re.compile(r"[ \t\n>*_`]*request[ \t_-]*id[ \t*_`]*:[ \t*_`]*([0-9a-f]{8,64})[ \t*_`.]*(?:\r?\n|$)",
+                         re.IGNORECASE)
+
+
+def request_nonce(messages: list[dict[str, str]]) -> str:
+    """A nonce that identifies the request (a hash of its messages): the same request always gets the same one, so
+    answers stay cacheable, and an answer to any other request carries another."""
+    return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def with_nonce(messages: list[dict[str, str]], parse: Parser) -> tuple[list[dict[str, str]], Parser]:
+    """`messages` asking the judge to echo the request's nonce first, and a parser that refuses (None: retried,
+    never cached) an answer that does not start with it, then parses the rest with `parse`."""
+    nonce = request_nonce(messages)
+    instruction = NONCE_INSTRUCTION.format(nonce=nonce)
+    messages = [dict(message) for message in messages]
+    target = messages[0] if messages[0].get("role") == "system" else messages[-1]
+    target["content"] = f"{target['content']}\n\n{instruction}"
+
+    def read(text: str) -> Any:
+        match = _NONCE_LINE.match(text) if isinstance(text, str) else None
+        if match is None or match.group(1).lower() != nonce:
+            return None
+        return parse(text[match.end():])
+
+    return messages, read
 
 
 def _unpack(item: Any, size: int, index: int, shape: str) -> tuple:

@@ -7,7 +7,9 @@ bottleneck, since the event loop is one thread. `openai_http` sends the same req
 `aiohttp.ClientSession` per event loop (keep-alive pool of at most `max_concurrency` connections) and still prices
 answers with LiteLLM's cost table. It does not follow redirects (a 3xx answer fails the item like a 400: point
 api_base at the server itself) and ignores proxy variables. Both transports raise on failure and leave retrying
-to the client; both return a `Reply`. Usage fields are accounting: a reply whose token counts are not numbers is
+to the client; both return a `Reply`. An answer larger than `max_response_bytes` (decoded) fails its attempt
+(`ResponseTooLargeError`): `openai_http` stops reading at the cap, LiteLLM can only refuse the text it returns
+(it has downloaded the body by then). Usage fields are accounting: a reply whose token counts are not numbers is
 still an answer (`usage_known=False`), never an error.
 """
 
@@ -57,6 +59,26 @@ class MalformedReplyError(Exception):
     """A 2xx answer whose body is not a chat completion (retried like a transient failure)."""
 
 
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 2**20  # ~1M tokens of text: far above any judge answer, far below a decompression bomb
+_ERROR_BODY_BYTES = 64 * 2**10  # what is read of a non-2xx answer (its message is shortened to 2,000 characters anyway)
+
+
+class ResponseTooLargeError(MalformedReplyError):
+    """An answer larger than `max_response_bytes` once decoded (gzip/deflate/br included): the attempt fails and
+    is retried like a malformed answer; nothing past the cap is read or decompressed."""
+
+    def __init__(self, what: str, limit: int):
+        super().__init__(f"{what} is larger than max_response_bytes={limit:,} (judge_max_response_bytes); raise it "
+                         "if the judge's answers are legitimately that long")
+        self.limit = limit
+
+
+def check_max_response_bytes(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
+        raise ValueError(f"max_response_bytes must be an integer >= 1024 (bytes of a decoded judge answer), got {value!r}")
+    return value
+
+
 class ProtocolError(ConnectionError):
     """The server's bytes are not a well-formed HTTP answer (retried like a dropped connection)."""
 
@@ -102,9 +124,15 @@ class _Pricing:
 
 
 class LiteLLMTransport:
+    """Through `litellm.acompletion`. LiteLLM (httpx) reads and decodes the whole body before it returns, so
+    `max_response_bytes` can only refuse an answer whose text is longer than the cap (UTF-8 bytes): it bounds what
+    the judge parses, logs and caches, not the download. Use `openai_http` with a server you do not control."""
+
     def __init__(self, model: str, api_base: str | None, timeout: float, api_key_env: str | None, kwargs: dict,
-                 max_concurrency: int = 64):  # LiteLLM pools connections itself; the judge's semaphore bounds them
+                 max_concurrency: int = 64,  # LiteLLM pools connections itself; the judge's semaphore bounds them
+                 max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
         self.model, self.api_base, self.timeout, self.api_key_env, self.kwargs = model, api_base, timeout, api_key_env, kwargs
+        self.max_response_bytes = check_max_response_bytes(max_response_bytes)
         self.pricing = _Pricing(model)
         provider = model.partition("/")[0]
         self.guarded = None  # LiteLLM's clients follow redirects: an api_base server gets a client that does not
@@ -139,6 +167,10 @@ class LiteLLMTransport:
             text = response.choices[0].message.content
         except (AttributeError, IndexError, TypeError):
             text = None
+        # A character is at least one UTF-8 byte and at most four: only a text near the cap needs encoding.
+        if isinstance(text, str) and len(text) > self.max_response_bytes // 4 and (
+                len(text) > self.max_response_bytes or len(text.encode("utf-8", "surrogatepass")) > self.max_response_bytes):
+            raise ResponseTooLargeError("the answer's text", self.max_response_bytes)
         headers = (getattr(response, "_hidden_params", None) or {}).get("additional_headers")
         return Reply(text if isinstance(text, str) else None, prompt_tokens, completion_tokens, cost, usage_known,
                      dict(headers) if isinstance(headers, Mapping) else None)
@@ -170,7 +202,7 @@ def checked_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 class OpenAIHTTPTransport:
     def __init__(self, model: str, api_base: str | None, timeout: float, api_key_env: str | None, kwargs: dict,
-                 max_concurrency: int = 64):
+                 max_concurrency: int = 64, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES):
         provider, _, name = model.partition("/")
         if provider not in _OPENAI_COMPATIBLE or not name:
             raise ValueError(
@@ -186,6 +218,7 @@ class OpenAIHTTPTransport:
             raise ValueError("credentials in api_base are refused: the API key comes from the environment")
         self.url = api_base.rstrip("/") + "/chat/completions"
         self.name, self.timeout, self.max_concurrency = name, timeout, max_concurrency
+        self.max_response_bytes = check_max_response_bytes(max_response_bytes)
         self.headers = {"Content-Type": "application/json", "Accept": "application/json"} | checked_headers(
             kwargs.get("extra_headers") or {}
         )
@@ -222,8 +255,8 @@ class OpenAIHTTPTransport:
                 self.url, data=json.dumps(payload).encode(), allow_redirects=False,  # api_base must name the server
                 headers={"Authorization": f"Bearer {key}"} if key else None,
             ) as response:
-                body = await response.read()
                 status, headers = response.status, response.headers
+                body = await self._read_capped(response, status)
         except self._aiohttp.ClientResponseError as error:  # unparseable answer; its repr shows the request's headers
             raise ProtocolError(f"malformed HTTP answer from {self.url}: {error.message}") from None
         if 300 <= status < 400:  # the request (a rollout) would go to another server, and its answer be the grade
@@ -235,6 +268,25 @@ class OpenAIHTTPTransport:
         reply = self._reply(body)
         reply.headers = dict(headers)
         return reply
+
+    async def _read_capped(self, response, status: int) -> bytes:
+        """The decoded body, read chunk by chunk: a 2xx body over `max_response_bytes` fails the attempt
+        (`ResponseTooLargeError`) as soon as the cap is passed — aiohttp inflates gzip/deflate/br incrementally, so
+        a decompression bomb costs at most the cap; an error body is cut at 64 KiB (only its start is shown)."""
+        limit = self.max_response_bytes if status < 300 else min(self.max_response_bytes, _ERROR_BODY_BYTES)
+        declared = response.content_length  # the encoded size, when the server says it
+        if status < 300 and declared is not None and declared > limit:
+            raise ResponseTooLargeError(f"the answer from {self.url} (Content-Length {declared:,})", limit)
+        chunks, size = [], 0
+        async for chunk in response.content.iter_chunked(64 * 2**10):
+            size += len(chunk)
+            if size > limit:
+                if status >= 300:
+                    chunks.append(chunk[: len(chunk) - (size - limit)])
+                    break
+                raise ResponseTooLargeError(f"the answer from {self.url}", limit)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     def _reply(self, body: bytes) -> Reply:
         try:
