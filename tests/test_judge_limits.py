@@ -122,10 +122,11 @@ def _ask(judge, users):
     return judge.run(lambda: judge._answer_many([([{"role": "user", "content": u}], lambda t: t) for u in users]))
 
 
-def test_gzip_bomb_fails_its_attempts_and_other_requests_on_the_judge_complete(server):
+@pytest.mark.parametrize("transport", ["openai_http", "litellm"])
+def test_gzip_bomb_fails_its_attempts_and_other_requests_on_the_judge_complete(server, transport):
     normal = [f"question {i}" for i in range(12)]
     before = dict(server.served)
-    with _judge(server) as judge:
+    with _judge(server, transport=transport) as judge:
         results = _ask(judge, ["bomb"] + normal)
     bomb, answers = results[0], results[1:]
     assert bomb.kind == REQUEST_ERROR and "max_response_bytes=1,048,576" in bomb.reason  # the reason names the cap
@@ -134,8 +135,9 @@ def test_gzip_bomb_fails_its_attempts_and_other_requests_on_the_judge_complete(s
     assert server.served["bomb"] - before["bomb"] == 2 and server.served["normal"] - before["normal"] == len(normal)
 
 
-def test_gzip_bomb_is_inflated_no_further_than_the_cap(server):
-    with _judge(server, num_retries=0) as judge:
+@pytest.mark.parametrize("transport", ["openai_http", "litellm"])
+def test_gzip_bomb_is_inflated_no_further_than_the_cap(server, transport):
+    with _judge(server, transport=transport, num_retries=0) as judge:
         _ask(judge, ["warm up"])  # imports and the connection pool are not what is measured
         tracemalloc.start()
         try:

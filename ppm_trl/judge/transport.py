@@ -139,7 +139,7 @@ class LiteLLMTransport:
         if api_base and provider in ("openai", "hosted_vllm") and "client" not in kwargs:
             from ppm_trl.judge.litellm_http import GuardedClients
 
-            self.guarded = GuardedClients(provider, api_base, timeout)
+            self.guarded = GuardedClients(provider, api_base, timeout, self.max_response_bytes)
 
     async def send(self, messages: list[dict[str, str]], temperature: float) -> Reply:
         litellm = import_litellm()
