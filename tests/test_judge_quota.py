@@ -448,3 +448,14 @@ def test_prepare_without_a_cache(tmp_path):
         main(prepare_args(data, server, tmp_path / "out2", "--cache-dir", "none"))
         assert server.requests == 2 * 4  # nothing cached: the second run asks again
     assert not os.path.exists("none") and not (tmp_path / "out" / "judge_cache").exists()
+
+
+def test_the_done_line_says_why_the_budget_ended_training(capsys):
+    from ppm_trl.cli import report_done
+
+    stopped = SimpleNamespace(stopped="judge budget spent at step 1: the judge used 9 tokens")
+    trainer = SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[SimpleNamespace(), stopped]),
+                              state=SimpleNamespace(log_history=[]), args=SimpleNamespace())
+    report_done("ppm-trl train", {"output_dir": "/abs/out"}, trainer, SimpleNamespace(env_name="multi_add", env_n=2))
+    err = capsys.readouterr().err
+    assert "ppm-trl train: stopped early: judge budget spent at step 1" in err
