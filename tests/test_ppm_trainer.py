@@ -215,12 +215,12 @@ def test_config_refuses_undefined_estimators_and_aggregation(tmp_path):
         PPMConfig(**settings, granularity="trajectory", progress_mode="process_reward")
     with pytest.raises(ValueError, match="PPM does not support multi_objective_aggregation='normalize_then_sum'"):
         PPMConfig(**settings, multi_objective_aggregation="normalize_then_sum")
-    names = {(g, m): PPMConfig(**settings, granularity=g, progress_mode=m).advantage_estimator
-             for g, m in [("segment", "ppm"), ("segment", "exact_order"), ("segment", "process_reward"),
-                          ("trajectory", "ppm"), ("trajectory", "exact_order")]}
-    assert names == {("segment", "ppm"): "ppm_segment", ("segment", "exact_order"): "ppm_segment",
-                     ("segment", "process_reward"): "process_reward", ("trajectory", "ppm"): "ppm_trajectory",
-                     ("trajectory", "exact_order"): "ppm_trajectory"}
+    for granularity, mode in [("segment", "ppm"), ("segment", "exact_order"), ("segment", "process_reward"),
+                              ("trajectory", "ppm"), ("trajectory", "exact_order")]:
+        PPMConfig(**settings, granularity=granularity, progress_mode=mode)  # each pair selects an estimator
+    for option in (dict(granularity="token"), dict(progress_mode="ppm_segment")):
+        with pytest.raises(ValueError, match="is not supported; accepted values"):
+            PPMConfig(**settings, **option)
 
 
 def test_batch_scale_rewards_reaches_the_estimator(tmp_path):

@@ -18,7 +18,7 @@ import textwrap
 
 import torch
 
-from ..advantages import get_advantage_estimator, zero_advantage_groups
+from ..advantages import ppm_estimator, zero_advantage_groups
 from ..configs import PPMConfig
 from ..scorers import ProgressScorer, build_progress_scorer, reasoning_graph_of
 from ..segments import (
@@ -166,7 +166,7 @@ class PPMGRPOTrainer(MethodTrainer):
 
     def _segment_advantages(self) -> torch.Tensor:
         args = self.args
-        estimator = get_advantage_estimator(args.advantage_estimator)
+        estimator = ppm_estimator(args.granularity, args.progress_mode)
         return estimator(
             self._ppm_progress, self._ppm_outcome, self.num_generations, add_outcome=args.add_outcome_reward,
             scale=args.scale_rewards, valid=self._ppm_valid, outcome_weight=args.outcome_weight,
