@@ -85,16 +85,19 @@ class PPMGRPOTrainer(MethodTrainer):
         # A rollout_func's extra fields join the rows only just before TRL's rewards: score those rows then.
         if not self.args.overlap_scoring or rollout.extra_fields:
             return
-        prefix_lengths = self._prefix_lengths(rollout.completion_ids, rollout.tool_mask)
-        future = self.run_in_background(self._score_progress, rollout.rows, rollout.completion_ids, prefix_lengths)
-        self._ppm_pending = (rollout.completion_ids, prefix_lengths, future)
+        # A copy taken now: the worker scores exactly these ids, and `on_scores` compares TRL's ids with them (the
+        # rollout's own lists stay live and would always equal whatever TRL is given).
+        submitted = [list(ids) for ids in rollout.completion_ids]
+        prefix_lengths = self._prefix_lengths(submitted, rollout.tool_mask)
+        future = self.run_in_background(self._score_progress, rollout.rows, submitted, prefix_lengths)
+        self._ppm_pending = (submitted, prefix_lengths, future)
 
     def on_scores(self, rows, completions, completion_ids, rewards_per_func):
         super().on_scores(rows, completions, completion_ids, rewards_per_func)
         pending, self._ppm_pending = self._ppm_pending, None
         if pending is not None:
             scored_ids, prefix_lengths, future = pending
-            if [list(ids) for ids in scored_ids] != [list(ids) for ids in completion_ids]:
+            if scored_ids != [list(ids) for ids in completion_ids]:
                 raise RuntimeError("PPM: the completions scored early are not the ones TRL rewards (a bug)")
             progress = future.result()  # the scorer's own exception, if it raised
         else:
