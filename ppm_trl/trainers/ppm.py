@@ -24,6 +24,7 @@ from ..scorers import ProgressScorer, build_progress_scorer, reasoning_graph_of
 from ..segments import (
     delimiter_prefix_lengths,
     equal_chunk_segment_ids,
+    nonempty_segments,
     prefix_segment_ids,
     segment_prefix_lengths,
     turn_prefix_lengths,
@@ -105,7 +106,7 @@ class PPMGRPOTrainer(MethodTrainer):
             prefix_lengths = self._prefix_lengths(completion_ids, rollout.tool_mask if rollout is not None else None)
             progress = self._score_progress(rows, completion_ids, prefix_lengths)
         self._ppm_prefix_lengths = prefix_lengths
-        valid = torch.diff(prefix_lengths, dim=1, prepend=torch.zeros_like(prefix_lengths[:, :1])) > 0
+        valid = nonempty_segments(prefix_lengths)
         device = self.accelerator.device
         self._ppm_progress = self.accelerator.gather(progress.to(device))
         self._ppm_valid = self.accelerator.gather(valid.to(device))
