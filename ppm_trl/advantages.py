@@ -4,17 +4,21 @@ Groups are consecutive blocks of `group_size` rows (TRL's `view(-1, G)` layout).
 failed judge call, a reward function returning None): it is left out of every group statistic and its advantage is
 0. Dtype (float32/float64) and device of the inputs are preserved; integer inputs become the default float dtype.
 
-PPM (Progressive Point Matching, `papers/ppm_progressive_point_matching.txt`):
+PPM ("Long-Horizon Language Model Reinforcement Learning via Progressive Point Matching", §4–5, App. A–B):
   m_k = phi(c_1..c_k)/n (eq. 1), r_k = m_k − m_{k−1} with m_0 = 0 (eq. 3, Alg. 1), outcome added to every segment
   (App. B), A_{i,k} = r_{i,k} − mean_j r_{j,k} per segment index, no std division by default (App. B). A token's
   advantage is its own segment's (the segment-level estimator Y_3, App. A eq. 10), not a reward-to-go.
-PAPO (`papers/papo_decoupled_advantage.txt` §4):
+PAPO ("PAPO: Stabilizing Rubric Integration Training via Decoupled Advantage Normalization", §4):
   A = A_out + λ·A_proc; A_out normalised over the group, A_proc over the correct subset only.
+
+There is no registry of estimator names: the estimators take different inputs (PPM's (N, K) progress, PAPO's binary
+outcome and correct-subset process scores), which only their own trainer collects, so a name could never select
+another trainer's estimator. Each trainer calls its functions directly; PPM's config fields `granularity` and
+`progress_mode` (validated when the config is built) select one through `ppm_estimator`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from numbers import Integral
 
@@ -22,30 +26,6 @@ import torch
 
 PROCESS_NORMS = ("correct_subset", "full")
 COMBINES = ("decoupled", "multiplicative")
-
-# name → estimator. Every PPM-family estimator takes (values (N, K), outcome (N,), group_size, add_outcome, scale,
-# eps, valid, outcome_weight) and returns (N, K); `papo` takes (outcome (N,), process (N,), group_size, lam, ...)
-# and `grpo` (outcome (N,), group_size, scale, eps), both returning (N,).
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {}
-
-
-def register_advantage_estimator(name: str):
-    """Decorator registering an estimator under `name` (cf. verl's `register_adv_est`); a name is taken once."""
-
-    def register(function: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = function
-        return function
-
-    return register
-
-
-def get_advantage_estimator(name: str) -> Callable[..., torch.Tensor]:
-    """The estimator registered as `name`; an unknown name is an error, never a fallback."""
-    if name not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
-    return ADVANTAGE_ESTIMATORS[name]
 
 
 # -------------------------------------------------------------------------------------------------- helpers
@@ -142,7 +122,6 @@ def zero_advantage_groups(advantages, group_size: int, atol: float = 1e-8) -> to
     return (flat.abs() <= atol).all(dim=1)
 
 
-@register_advantage_estimator("grpo")
 def sparse_outcome_advantages(outcome, group_size: int, scale: bool | str = True, eps: float = 1e-4) -> torch.Tensor:
     """Plain GRPO on the outcome reward (the sparse-reward baseline, PPM §5.1 / App. A.1)."""
     outcome = _as_float(outcome, "outcome")
@@ -190,7 +169,6 @@ def ppm_segment_rewards(progress, outcome=None, add_outcome: bool = True, valid=
     return _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome, outcome_weight)
 
 
-@register_advantage_estimator("ppm_segment")
 def ppm_segment_advantages(progress, outcome, group_size: int, add_outcome: bool = True, scale: bool | str = False,
                            eps: float = 1e-4, valid=None, outcome_weight: float = 1.0) -> torch.Tensor:
     """(N, K) segment-level PPM advantages: `ppm_segment_rewards` normalised per group and segment index.
@@ -229,7 +207,6 @@ def ppm_trajectory_rewards(progress, outcome=None, add_outcome: bool = True, val
     return final
 
 
-@register_advantage_estimator("ppm_trajectory")
 def ppm_trajectory_advantages(progress, outcome, group_size: int, add_outcome: bool = True, scale: bool | str = False,
                               eps: float = 1e-4, valid=None, outcome_weight: float = 1.0) -> torch.Tensor:
     """Trajectory-level PPM (App. A eq. 9): one reward φ/n (+ outcome) per completion, group-normalised and, for
@@ -275,13 +252,28 @@ def process_reward_rewards(chunk_scores, outcome=None, add_outcome: bool = True,
     return _finish_segment_rewards(rewards, unscorable, valid, outcome, add_outcome, outcome_weight)
 
 
-@register_advantage_estimator("process_reward")
 def process_reward_advantages(chunk_scores, outcome, group_size: int, add_outcome: bool = True, scale: bool | str = False,
                               eps: float = 1e-4, valid=None, outcome_weight: float = 1.0) -> torch.Tensor:
     """(N, K) advantages of the process-reward baseline: `process_reward_rewards` normalised per segment index."""
     rewards = process_reward_rewards(chunk_scores, outcome, add_outcome=add_outcome, valid=valid,
                                      outcome_weight=outcome_weight)
     return group_normalize(rewards, group_size, scale=scale, eps=eps)
+
+
+def ppm_estimator(granularity: str, progress_mode: str):
+    """The PPM-family estimator that `PPMConfig.granularity` × `progress_mode` select; an undefined pair is a
+    ValueError (raised when the config is built). All three share one signature: (values (N, K), outcome (N,),
+    group_size, add_outcome, scale, eps, valid, outcome_weight) → (N, K)."""
+    if granularity not in ("segment", "trajectory") or progress_mode not in ("ppm", "exact_order", "process_reward"):
+        raise ValueError(f"no PPM estimator for granularity={granularity!r}, progress_mode={progress_mode!r}: "
+                         "granularity is 'segment' or 'trajectory', progress_mode 'ppm', 'exact_order' or "
+                         "'process_reward'")
+    if progress_mode == "process_reward":
+        if granularity == "trajectory":
+            raise ValueError("granularity='trajectory' with progress_mode='process_reward' is not an estimator: the "
+                             "process-reward baseline (App. B.1) scores each chunk alone, so it is segment-level only")
+        return process_reward_advantages
+    return ppm_segment_advantages if granularity == "segment" else ppm_trajectory_advantages
 
 
 # ----------------------------------------------------------------------------------------------------- PAPO
@@ -331,7 +323,6 @@ def papo_components(outcome, process, group_size: int, process_norm: str = "corr
     return a_out, a_proc
 
 
-@register_advantage_estimator("papo")
 def papo_advantages(outcome, process, group_size: int, lam: float = 1.0, process_norm: str = "correct_subset",
                     combine: str = "decoupled", eps: float = 1e-6) -> torch.Tensor:
     """(N,) PAPO advantage A = A_out + λ·A_proc (PAPO §4.1).

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .advantages import COMBINES, PROCESS_NORMS
+from .advantages import COMBINES, PROCESS_NORMS, ppm_estimator
 from .segments import compile_delimiter
 
 PROGRESS_MODES = ("ppm", "exact_order", "process_reward")
@@ -247,9 +247,7 @@ class PPMConfig(GRPOConfig, JudgeArguments):
         if self.progress_mode != "ppm" and self.shortcutting:
             # The baselines are defined without shortcutting (paper App. B.1).
             self.shortcutting = False
-        if self.granularity == "trajectory" and self.progress_mode == "process_reward":
-            raise ValueError("granularity='trajectory' with progress_mode='process_reward' is not an estimator: the "
-                             "process-reward baseline (App. B.1) scores each chunk alone, so it is segment-level only")
+        ppm_estimator(self.granularity, self.progress_mode)  # the pair must select an estimator: fail here
         _refuse_normalize_then_sum(self, "PPM", "the weighted outcome reward is added to every segment's progress "
                                    "reward before the per-segment group normalisation")
         if self.granularity == "segment":
@@ -271,13 +269,6 @@ class PPMConfig(GRPOConfig, JudgeArguments):
                     raise ValueError(f"PPM with granularity='segment' does not support {option}: it {why}, while "
                                      "segment advantages change sign inside a completion. Use granularity='trajectory' "
                                      "(one advantage per completion) or leave the option at its default.")
-
-    @property
-    def advantage_estimator(self) -> str:
-        """Name of the `ppm_trl.advantages` estimator these settings select (granularity × progress mode)."""
-        if self.progress_mode == "process_reward":
-            return "process_reward"
-        return "ppm_segment" if self.granularity == "segment" else "ppm_trajectory"
 
 
 @dataclass

@@ -19,7 +19,8 @@ Three segmentations, each as a (B, T) LongTensor of segment ids in 0..K-1 (-1 on
   with fewer pieces the trailing segments are empty. A match that ends inside a token ends its segment after
   that token.
 
-Prefix lengths (B, K) count the completion tokens of c_1..c_k, so a scorer judges `completion_ids[i, :len]`.
+Prefix lengths (B, K) count the completion tokens of c_1..c_k, so a scorer judges `completion_ids[i, :len]`, and
+say which segments are empty (`nonempty_segments`).
 """
 
 from __future__ import annotations
@@ -81,12 +82,15 @@ def segment_prefix_lengths(lengths, max_completion_length: int, num_segments: in
     return prefix
 
 
-def segment_valid(lengths, max_completion_length: int, num_segments: int) -> torch.Tensor:
-    """(B, K) bool: equal-budget chunk k holds at least one completion token."""
-    return _valid_from_prefix(segment_prefix_lengths(lengths, max_completion_length, num_segments))
+def nonempty_segments(prefix_lengths) -> torch.Tensor:
+    """(B, K) bool: segment k holds at least one completion token (c_1..c_k is longer than c_1..c_{k−1}).
 
-
-def _valid_from_prefix(prefix: torch.Tensor) -> torch.Tensor:
+    The one validity rule of every segmentation, read from its (B, K) prefix lengths; an empty segment gets reward 0
+    (`advantages.ppm_segment_rewards(valid=...)`).
+    """
+    prefix = torch.as_tensor(prefix_lengths)
+    if prefix.dim() != 2:
+        raise ValueError(f"prefix_lengths must be (B, K), got shape {tuple(prefix.shape)}")
     previous = torch.cat([torch.zeros_like(prefix[:, :1]), prefix[:, :-1]], dim=1)
     return prefix > previous
 
@@ -132,16 +136,6 @@ def turn_prefix_lengths(tool_mask: torch.Tensor | None, completion_mask: torch.T
     """(B, K) completion tokens in c_1..c_k for turn segments (turn k plus the tool output that answers it)."""
     ids = turn_segment_ids(tool_mask, completion_mask, num_segments)
     return torch.cumsum(segment_token_counts(ids, num_segments), dim=1)
-
-
-def turn_segment_valid(tool_mask: torch.Tensor | None, completion_mask: torch.Tensor,
-                       num_segments: int) -> torch.Tensor:
-    """(B, K) bool: turn segment k contains at least one model-generated token."""
-    ids = turn_segment_ids(tool_mask, completion_mask, num_segments)
-    model = _as_mask(completion_mask, "completion_mask")
-    if tool_mask is not None:
-        model = model & _as_mask(tool_mask, "tool_mask")
-    return segment_token_counts(ids, num_segments, token_mask=model) > 0
 
 
 # -------------------------------------------------------------------------------------------------- delimiter

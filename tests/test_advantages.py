@@ -11,18 +11,16 @@ import pytest
 import torch
 
 from ppm_trl.advantages import (
-    ADVANTAGE_ESTIMATORS,
     exact_order_progress,
-    get_advantage_estimator,
     group_normalize,
     papo_advantages,
     papo_components,
     papo_group_stats,
+    ppm_estimator,
     ppm_segment_advantages,
     ppm_segment_rewards,
     ppm_trajectory_advantages,
     process_reward_advantages,
-    register_advantage_estimator,
     sparse_outcome_advantages,
     zero_advantage_groups,
 )
@@ -390,15 +388,16 @@ def test_ppm_estimators_accept_trl_scale_rewards_strings():
                               ppm_segment_advantages(progress, outcome, 2, scale="group"))
 
 
-# ------------------------------------------------------------------------------------------------ registry
-def test_estimator_registry_names_and_unknown_name():
-    assert get_advantage_estimator("ppm_segment") is ppm_segment_advantages
-    assert get_advantage_estimator("ppm_trajectory") is ppm_trajectory_advantages
-    assert get_advantage_estimator("process_reward") is process_reward_advantages
-    assert get_advantage_estimator("papo") is papo_advantages
-    assert get_advantage_estimator("grpo") is sparse_outcome_advantages
-    with pytest.raises(ValueError, match="unknown advantage estimator 'ppm_segmnet'; registered: grpo, papo"):
-        get_advantage_estimator("ppm_segmnet")
-    with pytest.raises(ValueError, match="already registered"):
-        register_advantage_estimator("papo")(lambda *a: None)
-    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "papo", "ppm_segment", "ppm_trajectory", "process_reward"}
+# ------------------------------------------------------------------------------------------ estimator choice
+def test_ppm_config_fields_select_one_estimator_and_undefined_pairs_are_errors():
+    assert ppm_estimator("segment", "ppm") is ppm_segment_advantages
+    assert ppm_estimator("segment", "exact_order") is ppm_segment_advantages  # the baseline differs in its progress
+    assert ppm_estimator("trajectory", "ppm") is ppm_trajectory_advantages
+    assert ppm_estimator("trajectory", "exact_order") is ppm_trajectory_advantages
+    assert ppm_estimator("segment", "process_reward") is process_reward_advantages
+    with pytest.raises(ValueError, match="progress_mode='process_reward' is not an estimator.*segment-level only"):
+        ppm_estimator("trajectory", "process_reward")
+    for granularity, mode in [("token", "ppm"), ("segment", "ppm_segment"), ("Segment", "ppm"), ("segment", None)]:
+        with pytest.raises(ValueError, match=f"no PPM estimator for granularity={granularity!r}, "
+                                             f"progress_mode={mode!r}"):
+            ppm_estimator(granularity, mode)

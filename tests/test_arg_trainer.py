@@ -346,30 +346,50 @@ def test_completion_statistics_describe_the_final_rows(tmp_path):
     assert metrics["num_tokens"] == trainer.state.num_input_tokens_seen
 
 
-def test_collapsed_levels_are_counted_and_never_credited(tmp_path):
-    """A reference whose first valid cut lies past the prefix budget: every α < 1 level collapses to the empty
-    prefix. Such continuations still run (and may be accepted), but only α = 1 is credited with their success."""
+def test_collapsed_levels_are_credited_to_their_level_at_the_adjusted_prefix(tmp_path):
+    """A reference whose first valid cut lies past the prefix budget: every α < 1 level's adjusted prefix is empty
+    (App. E.2: "or the empty prefix if there is none"). Every continuation still enters the selector update with its
+    SAMPLED level and W at the adjusted prefix (eq. 12, §4.2 "every continuation", App. H.1), so W = 1·S_0/S_0 = 1
+    for each correct one; collapsed levels are only counted."""
     no_cut_in_budget = "We have " + "a" * 40 + " so.\n\\boxed{7}"  # first cut at 54 > 48 − 16
     trainer = _trainer(tmp_path, dataset=_dataset([no_cut_in_budget] * 8), arg_seed=2)
     calls = script_generation(trainer, lambda prompt_text, index: "no idea" if len(calls) == 1 else "Guess \\boxed{7}")
     prompts_seen = _spy_generation(trainer)
-    twin = PrefixSelector(seed=2)
     trainer.train()
 
-    levels = twin.sample(2 * K)
+    assert PrefixSelector(seed=2).sample(2 * K) == [0.25, 1.0, 0.25, 0.5, 0.25, 0.5]  # the draw: n = 1, 2, 3
     prompt_length = len(prompts_seen[0][0])
     assert [len(ids) - prompt_length for ids in prompts_seen[1]] == [0] * (2 * K)  # every level: empty prefix
-    collapsed = [level for level in levels if level < 1]
-    assert collapsed and len(collapsed) < 2 * K  # the draw exercises both kinds (seed 2)
-    used = [level for level in levels if level == 1.0]
-    twin.update(used, [1.0] * len(used))  # correct, not the reference, S_t/S_0 = 1 at the empty prefix (eq. 7)
-    assert torch.allclose(trainer.prefix_selector.logits, twin.logits, atol=1e-6)
-    assert math.isclose(trainer.prefix_selector.baseline, twin.baseline, abs_tol=1e-6)
+    # By hand (logits 0, b = 0, ε = 0.2, η = 0.3, levels 1, ½, ¼): q = ρ = 1/3, so ∇ log ρ(a) = 0.8·(e_a − 1/3);
+    # all six W = 1, so φ_a = 0.3 · 0.8 · (n_a − 6/3) = 0.24·(n_a − 2) = (−0.24, 0, 0.24); b = 0.1·mean W = 0.1.
+    # (Dropping the five collapsed ones, as before, gave 0.24·(e_1 − 1/3) = (0.16, −0.08, −0.08).)
+    assert torch.allclose(trainer.prefix_selector.logits, torch.tensor([-0.24, 0.0, 0.24], dtype=torch.float64),
+                          atol=1e-6)
+    assert math.isclose(trainer.prefix_selector.baseline, 0.1, abs_tol=1e-6)
     metrics = trainer.state.log_history[0]
-    assert metrics["arg/collapsed_levels"] == len(collapsed) and metrics["arg/continuations"] == 2 * K
-    for level in set(collapsed):
-        assert f"arg/success_rate/alpha_{level:g}" not in metrics
-    assert metrics["arg/success_rate/alpha_1"] == 1.0
+    assert metrics["arg/collapsed_levels"] == 5 and metrics["arg/continuations"] == 2 * K
+    for level in ("1", "0.5", "0.25"):
+        assert metrics[f"arg/success_rate/alpha_{level}"] == 1.0
+        assert metrics[f"arg/mean_feedback/alpha_{level}"] == 1.0
+
+
+def test_a_level_that_always_collapses_can_win_the_selector():
+    """The toy of the issue, on the pure selector: α = ¼ always collapses to the empty prefix and then succeeds
+    (W = 1), while α = ½ is guided and never succeeds and α = 1 succeeds half the time. Crediting every continuation
+    to its sampled level (eq. 12) settles on ¼; dropping the collapsed ones could never raise ¼ above its start."""
+    rewards = {1.0: [1.0, 0.0], 0.5: [0.0], 0.25: [1.0]}
+    for credit_collapsed in (True, False):
+        selector = PrefixSelector(seed=0)
+        for step in range(200):
+            levels = selector.sample(8)
+            feedback = [rewards[level][(step + j) % len(rewards[level])] for j, level in enumerate(levels)]
+            kept = [(level, w) for level, w in zip(levels, feedback) if credit_collapsed or level != 0.25]
+            selector.update([level for level, _ in kept], [w for _, w in kept])
+        probs = dict(zip(selector.levels, selector.probs().tolist()))
+        if credit_collapsed:
+            assert max(probs, key=probs.get) == 0.25 and probs[0.25] > 0.7
+        else:
+            assert probs[0.25] < 1 / 3
 
 
 def test_copies_of_the_reference_are_counted_apart_from_successes(tmp_path):

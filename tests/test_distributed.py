@@ -22,14 +22,12 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs" / "accelerate"
-HAS_ARG = importlib.util.find_spec("ppm_trl.trainers.arg") is not None
 LAUNCH_TIMEOUT_S = 900
 
-needs_arg = pytest.mark.skipif(not HAS_ARG, reason="ppm_trl.trainers.arg not written yet")
-METHODS = ["ppm", "papo", pytest.param("arg", marks=needs_arg)]
+METHODS = ["ppm", "papo", "arg"]
 METHOD_NAMES = ["ppm", "papo", "arg"]
 SCRIPTED = ["scripted:ppm:4", "scripted:ppm:2", "scripted:papo:2"]
-REAL = ["real:ppm", "real:papo"] + (["real:arg"] if HAS_ARG else [])  # ARG last: a crash there keeps the rest
+REAL = ["real:ppm", "real:papo", "real:arg"]  # ARG last: a crash there keeps the rest
 
 
 def _free_port() -> int:
@@ -145,7 +143,6 @@ def test_zero3_trains_with_every_parameter_sharded(zero3_run, method):
 
 
 @pytest.mark.slow
-@needs_arg
 def test_zero3_arg_surprisal_and_continuations_on_sharded_model(zero3_run):
     for rank in (0, 1):
         _check_arg_replaced_rows(job_result(zero3_run, "real:arg", rank))
@@ -163,7 +160,6 @@ def test_ddp_trains(ddp_run, method):
 
 
 @pytest.mark.slow
-@needs_arg
 def test_ddp_arg_replaces_rows_on_the_owning_rank(ddp_run):
     for rank in (0, 1):
         _check_arg_replaced_rows(job_result(ddp_run, "real:arg", rank))
@@ -234,11 +230,9 @@ TINY_CONFIGS = {"ppm": "ppm_tiny_countdown.yaml", "papo": "papo_tiny_countdown.y
                 "grpo": "grpo_tiny_countdown.yaml", "arg": "arg_tiny.yaml"}
 
 
-@pytest.mark.parametrize("method", ["ppm", "papo", "grpo", pytest.param("arg", marks=needs_arg)])
+@pytest.mark.parametrize("method", ["ppm", "papo", "grpo", "arg"])
 def test_example_script_trains_and_saves(method, tmp_path, capsys):
     """The accelerate-launchable scripts, in-process on CPU: parse the tiny YAML + flags, train, save, summarise."""
-    if not (REPO / "examples" / f"train_{method}.py").exists():
-        pytest.skip(f"examples/train_{method}.py not written yet")
     budget = [] if method == "arg" else ["--max_completion_length", "16"]  # ARG's references need its 64
     _example(method).main(["--config", str(REPO / "configs" / TINY_CONFIGS[method]), "--max_steps", "1",
                            "--output_dir", str(tmp_path), "--env_size", "8", "--disable_tqdm", "true", *budget])

@@ -8,7 +8,6 @@ import logging
 import os
 import pickle
 import threading
-import time
 from types import SimpleNamespace
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before LiteLLM is imported: no network
@@ -131,18 +130,29 @@ def test_bad_request_fails_the_item_without_retry_and_401_is_fatal(transport):
         assert server.requests == 1
 
 
+def record_backoffs(judge) -> list[tuple[float | None, float]]:
+    """(Retry-After the judge read, seconds it then waited) for every retry: counted, not timed."""
+    waits, backoff = [], judge._backoff
+
+    def recording(attempt, retry_after):
+        waits.append((retry_after, backoff(attempt, retry_after)))
+        return waits[-1][1]
+
+    judge._backoff = recording
+    return waits
+
+
 @pytest.mark.parametrize("transport", ["litellm", "openai_http"])
 def test_retry_after_is_honoured(transport):
     with JudgeServer(retry_after="0.6") as server:
         with make_judge(server, transport=transport, backoff_max=5.0) as judge:  # Retry-After is capped by it
-            judge.complete([[{"role": "user", "content": "warm up"}]])  # first LiteLLM call is slow; not timed
+            waits = record_backoffs(judge)
             server.script = ["rate_limit"]
-            server.reset_counters()
-            start = time.perf_counter()
             assert judge.grade_prefixes([("P", POINTS, "beta")]) == [[False, True, False]]
-            elapsed = time.perf_counter() - start
-    assert server.requests == 2
-    assert elapsed >= 0.6  # the exponential back-off alone would have waited <= 5 ms
+    assert server.requests == 2 and len(waits) == 1
+    retry_after, waited = waits[0]
+    assert retry_after == pytest.approx(0.6)  # read from the 429
+    assert 0.6 <= waited <= 0.66  # the server's word (+ up to 10 % jitter); exponential back-off alone: <= 5 ms
 
 
 @pytest.mark.parametrize("transport", ["litellm", "openai_http"])

@@ -199,14 +199,30 @@ def test_the_limiter_keeps_a_real_server_within_its_quota_and_nothing_is_lost():
     assert unlimited_429 > 0  # the control: the same load without the limiter is throttled
 
 
+def limiter_on_a_fake_clock(judge: LiteLLMJudge) -> SimpleNamespace:
+    """The judge's rate limiter on a clock that moves only when the limiter sleeps: its pauses are counted exactly,
+    never timed (the retry back-off still sleeps for real)."""
+    clock = SimpleNamespace(now=0.0, slept=[])
+
+    async def fake_sleep(seconds):
+        clock.slept.append(seconds)
+        clock.now += seconds
+        await asyncio.sleep(0)
+
+    judge._limiter.clock, judge._limiter.sleep = (lambda: clock.now), fake_sleep
+    return clock
+
+
 def test_retry_after_pauses_every_request_of_the_process():
     """One 429 with Retry-After: the requests waiting behind it hold too, instead of each meeting its own 429."""
     with JudgeServer(script=("rate_limit",), retry_after="0.3", latency=0.05) as server:
         with http_judge(server, max_concurrency=1) as judge:  # no limits configured: the server's word still holds
+            clock = limiter_on_a_fake_clock(judge)
             judge.grade_prefixes(distinct_items(6))
             stats = judge.stats.snapshot()
     assert server.faults["rate_limit"] == 1 and stats["throttled"] == 1
-    assert stats["rate_limit_wait_s"] >= 0.25  # the next request waited out (most of) the server's pause
+    # The next request waited out the server's whole pause, once; nothing else waited.
+    assert clock.slept == [pytest.approx(0.3)] and stats["rate_limit_wait_s"] == pytest.approx(0.3)
     assert server.requests == 7 and stats["failures"] == 0
 
 
@@ -220,9 +236,13 @@ def test_exhausted_headers_on_a_success_pause_the_next_request():
 
     with Exhausted() as server:
         with http_judge(server, max_concurrency=1, max_rpm=60_000) as judge:
-            judge.grade_prefixes(distinct_items(2))
+            clock = limiter_on_a_fake_clock(judge)
+            judge.grade_prefixes(distinct_items(3))
             stats = judge.stats.snapshot()
-    assert stats["rate_limit_wait_s"] >= 0.35 and stats["throttled"] == 0
+    # Each answer says "0 left, reset in 400 ms": the 2nd and 3rd requests each wait exactly that (the bucket of
+    # 60,000 per minute alone would not make them wait).
+    assert clock.slept == [pytest.approx(0.4)] * 2 and stats["rate_limit_wait_s"] == pytest.approx(0.8)
+    assert stats["throttled"] == 0 and server.requests == 3
 
 
 # ---------------------------------------------------------------------------------------- de-duplication

@@ -161,3 +161,25 @@ def test_every_loss_type_trains(tmp_path, loss_type, extra):
     adv, _, _ = _run(tmp_path, completions, lambda text: 1.0 - 0.5 * (len(text) - len(text.rstrip())) / 2,
                      loss_type=loss_type, max_steps=2, **extra)
     assert adv.abs().sum() > 0
+
+
+@pytest.mark.parametrize("change", ["row replaced", "row grown in place"])
+def test_early_rewards_check_fires_when_the_ids_change_after_they_were_rewarded(tmp_path, change):
+    """`overlap_scoring` rewards the rows at `on_final_rollout` (`compute_rewards_early`); TRL's reward pass then
+    reuses those rewards only for the same ids, compared with a copy taken when they were rewarded."""
+    dataset = make_dataset("multi_countdown", 1, 1, seed=3)
+    trainer = _trainer(tmp_path, dataset, CountingScorer(lambda text: 1.0))
+    script_generation(trainer, lambda prompt, index: dataset[0]["reference"] if index % 2 else "nope")
+    submit = trainer.on_final_rollout
+
+    def on_final_rollout(rollout):
+        submit(rollout)
+        ids = rollout.completion_ids
+        if change == "row replaced":
+            ids[0] = ids[0][:-1]
+        else:
+            ids[1].append(ids[1][-1])
+
+    trainer.on_final_rollout = on_final_rollout
+    with pytest.raises(RuntimeError, match="the completions rewarded early are not the ones TRL rewards"):
+        trainer.train()

@@ -215,12 +215,12 @@ def test_config_refuses_undefined_estimators_and_aggregation(tmp_path):
         PPMConfig(**settings, granularity="trajectory", progress_mode="process_reward")
     with pytest.raises(ValueError, match="PPM does not support multi_objective_aggregation='normalize_then_sum'"):
         PPMConfig(**settings, multi_objective_aggregation="normalize_then_sum")
-    names = {(g, m): PPMConfig(**settings, granularity=g, progress_mode=m).advantage_estimator
-             for g, m in [("segment", "ppm"), ("segment", "exact_order"), ("segment", "process_reward"),
-                          ("trajectory", "ppm"), ("trajectory", "exact_order")]}
-    assert names == {("segment", "ppm"): "ppm_segment", ("segment", "exact_order"): "ppm_segment",
-                     ("segment", "process_reward"): "process_reward", ("trajectory", "ppm"): "ppm_trajectory",
-                     ("trajectory", "exact_order"): "ppm_trajectory"}
+    for granularity, mode in [("segment", "ppm"), ("segment", "exact_order"), ("segment", "process_reward"),
+                              ("trajectory", "ppm"), ("trajectory", "exact_order")]:
+        PPMConfig(**settings, granularity=granularity, progress_mode=mode)  # each pair selects an estimator
+    for option in (dict(granularity="token"), dict(progress_mode="ppm_segment")):
+        with pytest.raises(ValueError, match="is not supported; accepted values"):
+            PPMConfig(**settings, **option)
 
 
 def test_batch_scale_rewards_reaches_the_estimator(tmp_path):
@@ -291,3 +291,28 @@ def test_a_bad_delimiter_is_refused_at_config_time(tmp_path):
     with pytest.raises(ValueError, match="matches the empty string"):
         PPMConfig(output_dir=str(tmp_path), segmentation="delimiter", segment_delimiter="\\n*", num_generations=8,
                   **TINY_ARGS)
+
+
+@pytest.mark.parametrize("change", ["row replaced", "row grown in place", "rows swapped"])
+def test_early_scoring_check_fires_when_the_ids_change_after_submit(tmp_path, change):
+    """`overlap_scoring` scores the ids it was handed at `on_final_rollout`; if TRL then rewards other ids, the
+    progress would belong to other completions. The check compares with a copy taken at submit, so it fires for a
+    replaced row, a row list changed in place and a reordering alike."""
+    dataset = make_dataset("multi_countdown", 1, 2, seed=2)
+    trainer = _trainer(tmp_path, dataset, max_steps=1)
+    script_generation(trainer, lambda prompt, index: "v" * (10 + index))
+    submit = trainer.on_final_rollout
+
+    def on_final_rollout(rollout):
+        submit(rollout)  # scoring starts on these ids
+        ids = rollout.completion_ids
+        if change == "row replaced":
+            ids[0] = ids[0][:-1]
+        elif change == "row grown in place":
+            ids[1].append(ids[1][-1])
+        else:
+            ids[0], ids[1] = ids[1], ids[0]
+
+    trainer.on_final_rollout = on_final_rollout
+    with pytest.raises(RuntimeError, match="the completions scored early are not the ones TRL rewards"):
+        trainer.train()

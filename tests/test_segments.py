@@ -9,12 +9,11 @@ from ppm_trl.advantages import ppm_segment_advantages
 from ppm_trl.segments import (
     equal_chunk_segment_ids,
     expand_segment_values,
+    nonempty_segments,
     segment_prefix_lengths,
     segment_token_counts,
-    segment_valid,
     turn_prefix_lengths,
     turn_segment_ids,
-    turn_segment_valid,
 )
 
 
@@ -55,7 +54,7 @@ def test_prefix_lengths_and_valid_for_equal_chunks():
         [3, 5, 6, 6],
         [3, 5, 8, 12],  # overran the budget: the extra tokens are in the last chunk
     ]
-    assert segment_valid(lengths, 10, 4).tolist() == [
+    assert nonempty_segments(prefix).tolist() == [
         [True, True, True, True],
         [True, True, False, False],
         [False, False, False, False],
@@ -69,6 +68,19 @@ def test_prefix_lengths_agree_with_segment_ids():
     ids = equal_chunk_segment_ids(_mask(lengths.tolist(), 16), 13, 3)
     counted = torch.cumsum(segment_token_counts(ids, 3), dim=1)
     assert torch.equal(counted, segment_prefix_lengths(lengths, 13, 3))
+
+
+def test_nonempty_segments_are_the_segments_with_tokens_for_every_segmentation():
+    lengths = torch.tensor([0, 1, 2, 5, 7, 9, 13, 16])
+    ids = equal_chunk_segment_ids(_mask(lengths.tolist(), 16), 13, 3)
+    assert torch.equal(nonempty_segments(segment_prefix_lengths(lengths, 13, 3)), segment_token_counts(ids, 3) > 0)
+    tool_mask = torch.tensor([[1, 0, 1, 0, 1, 1, 1], [0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]])
+    completion_mask = _mask([7, 4, 0], 7)
+    turns = turn_segment_ids(tool_mask, completion_mask, 4)
+    assert torch.equal(nonempty_segments(turn_prefix_lengths(tool_mask, completion_mask, 4)),
+                       segment_token_counts(turns, 4) > 0)
+    with pytest.raises(ValueError, match=r"prefix_lengths must be \(B, K\)"):
+        nonempty_segments(torch.tensor([3, 5]))
 
 
 @pytest.mark.parametrize("length, k", [(0, 4), (8, 0), (8.0, 4), (True, 4)])
@@ -100,7 +112,7 @@ def test_turn_segments_follow_model_runs():
         [0, 0, 0, 0, 1, -1, -1, -1, -1, -1],  # leading tool token joins turn 0
     ]
     assert turn_prefix_lengths(tool_mask, completion_mask, 4).tolist() == [[4, 6, 8, 8], [5, 5, 5, 5], [4, 5, 5, 5]]
-    assert turn_segment_valid(tool_mask, completion_mask, 4).tolist() == [
+    assert nonempty_segments(turn_prefix_lengths(tool_mask, completion_mask, 4)).tolist() == [
         [True, True, True, False],
         [True, False, False, False],
         [True, True, False, False],
@@ -117,7 +129,8 @@ def test_excess_turns_merge_into_last_segment():
 def test_turns_without_tool_mask_and_truncated_rows():
     completion_mask = _mask([3, 0], 4)  # row 1: TRL's mask_truncated_completions zeroed it
     assert turn_segment_ids(None, completion_mask, 3).tolist() == [[0, 0, 0, -1], [-1, -1, -1, -1]]
-    assert turn_segment_valid(None, completion_mask, 3).tolist() == [[True, False, False], [False, False, False]]
+    assert nonempty_segments(turn_prefix_lengths(None, completion_mask, 3)).tolist() == [[True, False, False],
+                                                                              [False, False, False]]
     with pytest.raises(ValueError, match="shape"):
         turn_segment_ids(torch.ones(2, 3), completion_mask, 3)
 
@@ -142,7 +155,7 @@ def test_every_token_of_segment_k_carries_segment_k_advantage():
     # Group of 2, L = 8, K = 4 (chunks of 2). Row 0 full length, row 1 three tokens (segments 2, 3 empty).
     progress = torch.tensor([[0.25, 0.5, 0.75, 1.0], [0.5, 0.5, 0.0, 0.0]])
     lengths = torch.tensor([8, 3])
-    valid = segment_valid(lengths, 8, 4)
+    valid = nonempty_segments(segment_prefix_lengths(lengths, 8, 4))
     adv = ppm_segment_advantages(progress, torch.tensor([1.0, 0.0]), group_size=2, valid=valid)
     # r row 0 = [.25,.25,.25,.25] + 1 = 1.25 each; row 1 = [.5, 0, 0(empty), 0(empty)].
     # Segment means: [.875, .625, .625, .625] → row 0: [.375, .625, .625, .625]; row 1: [-.375, -.625, ...].

@@ -106,7 +106,7 @@ class _FailedGroup:
     levels: list[float] = field(default_factory=list)  # one per continuation
     prefix_lens: list[int] = field(default_factory=list)
     surprisal_ratios: list[float] = field(default_factory=list)  # S_t/S_0 at each continuation's cut
-    collapsed: list[bool] = field(default_factory=list)  # an α < 1 level whose prefix collapsed to empty (not used)
+    collapsed: list[bool] = field(default_factory=list)  # an α < 1 level whose adjusted prefix is empty (counted)
     candidates: list[list[int]] = field(default_factory=list)  # completion ids: prefix + continuation
     candidate_texts: list = field(default_factory=list)  # decoded like TRL's completions
     candidate_logprobs: list = field(default_factory=list)  # vLLM sampling log-prob per token (None: prefix / HF)
@@ -270,8 +270,9 @@ class ARGTrainer(MethodTrainer):
             group.levels = levels[group.order * k : (group.order + 1) * k]
             group.prefix_lens = [plan[level].prefix_len for level in group.levels]
             group.surprisal_ratios = [plan[level].surprisal_ratio for level in group.levels]
-            # A reference longer than the budget leaves no valid cut: α < 1 then continues from the empty prefix,
-            # which is α = 1's rollout, not α's (counted; never credited to α).
+            # A reference whose valid cuts all lie past the budget: α < 1 then continues from the empty prefix
+            # (App. E.2: "or the empty prefix if there is none"). That is t_x(α), so the continuation is credited to
+            # the sampled α with W at the adjusted prefix (S_0/S_0 = 1; eq. 12, App. H.1); counted as collapsed.
             group.collapsed = [level < 1 and plan[level].prefix_len == 0 for level in group.levels]
 
     def _continue_and_verify(self, groups, inputs, prompts, prompt_ids) -> None:
@@ -371,9 +372,9 @@ class ARGTrainer(MethodTrainer):
         levels_all = list(self.prefix_selector.levels)
         if args.arg_mode == "resampling" and 1.0 not in levels_all:
             levels_all.append(1.0)  # resampling continues from the empty prefix only, whatever the selector's levels
-        # Per failed group: [W_1..W_K | has_1..K | success_1..K | accepted_1..K | level index_1..K | credited_1..K |
-        # correct_1..K | copy_1..K | counters]; credited = the continuation used its level (not an α < 1 level
-        # collapsed to the empty prefix); success = correct and not a byte copy of the reference.
+        # Per failed group: [W_1..W_K | has_1..K | success_1..K | accepted_1..K | level index_1..K | collapsed_1..K |
+        # correct_1..K | copy_1..K | counters]; collapsed = an α < 1 level whose adjusted prefix is empty (credited to
+        # α like any continuation, eq. 12; only counted); success = correct and not a byte copy of the reference.
         counters = ("guided", "fallback", "fallback_too_long", "degenerate_surprisal", "invalid_reference", "inserted")
         width = 8 * k + len(counters)
         table = torch.zeros(max(num_failed, 1), width, dtype=torch.float32, device=self.accelerator.device)
@@ -387,7 +388,7 @@ class ARGTrainer(MethodTrainer):
                 row[k + j], row[2 * k + j] = 1.0, float(success)
                 row[3 * k + j] = float(j in group.accepted)
                 row[4 * k + j] = levels_all.index(level)
-                row[5 * k + j] = float(not group.collapsed[j])
+                row[5 * k + j] = float(group.collapsed[j])
                 row[6 * k + j] = float(group.correct[j])
                 row[7 * k + j] = float(group.copies_reference[j])
             flags = (group.status == "guided", group.fallback, group.fallback_too_long,
@@ -396,10 +397,13 @@ class ARGTrainer(MethodTrainer):
             row[8 * k :] = torch.tensor(flags, dtype=torch.float32)
         table = self.accelerator.reduce(table, reduction="sum").cpu()[:num_failed]  # one collective per step
 
+        # Every continuation of the step enters the update with its sampled level α_j and W at its adjusted prefix
+        # (§4.2: "every continuation provides the selector feedback"; App. E.2, H.1), including α < 1 levels whose
+        # prefix is empty: dropping them would bias eq. 12 against levels that often collapse.
         has = table[:, k : 2 * k] > 0
-        credited = has & (table[:, 5 * k : 6 * k] > 0)
-        levels = [levels_all[int(i)] for i in table[:, 4 * k : 5 * k][credited].tolist()]
-        feedback = table[:, :k][credited].tolist()
+        collapsed = has & (table[:, 5 * k : 6 * k] > 0)
+        levels = [levels_all[int(i)] for i in table[:, 4 * k : 5 * k][has].tolist()]
+        feedback = table[:, :k][has].tolist()
         if args.arg_mode == "arg" and feedback:  # eq. 12 then eq. 18, b fixed during the batch
             self.prefix_selector.update(levels, feedback)
 
@@ -418,16 +422,16 @@ class ARGTrainer(MethodTrainer):
         self.log_metric("arg/invalid_reference_groups", totals["invalid_reference"])
         self.log_metric("arg/inserted_rows", totals["inserted"])
         self.log_metric("arg/continuations", int(has.sum()))
-        self.log_metric("arg/collapsed_levels", int((has & ~credited).sum()))
-        success = table[:, 2 * k : 3 * k][credited].tolist()
-        accepted = table[:, 3 * k : 4 * k][credited].tolist()
-        correct = table[:, 6 * k : 7 * k][credited].tolist()
-        copies = table[:, 7 * k : 8 * k][credited].tolist()
+        self.log_metric("arg/collapsed_levels", int(collapsed.sum()))
+        success = table[:, 2 * k : 3 * k][has].tolist()
+        accepted = table[:, 3 * k : 4 * k][has].tolist()
+        correct = table[:, 6 * k : 7 * k][has].tolist()
+        copies = table[:, 7 * k : 8 * k][has].tolist()
         mean_feedback = mean_feedback_per_level(levels, feedback, levels_all)
         for level in levels_all:
             picked = [i for i, value in enumerate(levels) if value == level]
             name = f"alpha_{level:g}"
-            if picked:  # a level without (credited) continuations this step has no rate (not 0)
+            if picked:  # a level without continuations this step has no rate (not 0)
                 # correct_rate counts byte copies of the reference; success_rate (eq. 4's d_t) does not.
                 self.log_metric(f"arg/correct_rate/{name}", sum(correct[i] for i in picked) / len(picked))
                 self.log_metric(f"arg/copy_rate/{name}", sum(copies[i] for i in picked) / len(picked))

@@ -328,7 +328,7 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
                              f"({sorted(rollout.extra_fields)}), which the rows get only at TRL's reward pass")
         rewards = GRPOTrainer._calculate_rewards(self, rollout.rows, rollout.prompts, rollout.completions,
                                                  rollout.completion_ids)
-        self._early_rewards = (rollout.completion_ids, rewards)
+        self._early_rewards = ([list(ids) for ids in rollout.completion_ids], rewards)  # a copy: the check needs it
         return rewards
 
     def log_metric(self, name: str, value: float) -> None:

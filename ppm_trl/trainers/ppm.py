@@ -18,12 +18,13 @@ import textwrap
 
 import torch
 
-from ..advantages import get_advantage_estimator, zero_advantage_groups
+from ..advantages import ppm_estimator, zero_advantage_groups
 from ..configs import PPMConfig
 from ..scorers import ProgressScorer, build_progress_scorer, reasoning_graph_of
 from ..segments import (
     delimiter_prefix_lengths,
     equal_chunk_segment_ids,
+    nonempty_segments,
     prefix_segment_ids,
     segment_prefix_lengths,
     turn_prefix_lengths,
@@ -85,16 +86,19 @@ class PPMGRPOTrainer(MethodTrainer):
         # A rollout_func's extra fields join the rows only just before TRL's rewards: score those rows then.
         if not self.args.overlap_scoring or rollout.extra_fields:
             return
-        prefix_lengths = self._prefix_lengths(rollout.completion_ids, rollout.tool_mask)
-        future = self.run_in_background(self._score_progress, rollout.rows, rollout.completion_ids, prefix_lengths)
-        self._ppm_pending = (rollout.completion_ids, prefix_lengths, future)
+        # A copy taken now: the worker scores exactly these ids, and `on_scores` compares TRL's ids with them (the
+        # rollout's own lists stay live and would always equal whatever TRL is given).
+        submitted = [list(ids) for ids in rollout.completion_ids]
+        prefix_lengths = self._prefix_lengths(submitted, rollout.tool_mask)
+        future = self.run_in_background(self._score_progress, rollout.rows, submitted, prefix_lengths)
+        self._ppm_pending = (submitted, prefix_lengths, future)
 
     def on_scores(self, rows, completions, completion_ids, rewards_per_func):
         super().on_scores(rows, completions, completion_ids, rewards_per_func)
         pending, self._ppm_pending = self._ppm_pending, None
         if pending is not None:
             scored_ids, prefix_lengths, future = pending
-            if [list(ids) for ids in scored_ids] != [list(ids) for ids in completion_ids]:
+            if scored_ids != [list(ids) for ids in completion_ids]:
                 raise RuntimeError("PPM: the completions scored early are not the ones TRL rewards (a bug)")
             progress = future.result()  # the scorer's own exception, if it raised
         else:
@@ -102,7 +106,7 @@ class PPMGRPOTrainer(MethodTrainer):
             prefix_lengths = self._prefix_lengths(completion_ids, rollout.tool_mask if rollout is not None else None)
             progress = self._score_progress(rows, completion_ids, prefix_lengths)
         self._ppm_prefix_lengths = prefix_lengths
-        valid = torch.diff(prefix_lengths, dim=1, prepend=torch.zeros_like(prefix_lengths[:, :1])) > 0
+        valid = nonempty_segments(prefix_lengths)
         device = self.accelerator.device
         self._ppm_progress = self.accelerator.gather(progress.to(device))
         self._ppm_valid = self.accelerator.gather(valid.to(device))
@@ -166,7 +170,7 @@ class PPMGRPOTrainer(MethodTrainer):
 
     def _segment_advantages(self) -> torch.Tensor:
         args = self.args
-        estimator = get_advantage_estimator(args.advantage_estimator)
+        estimator = ppm_estimator(args.granularity, args.progress_mode)
         return estimator(
             self._ppm_progress, self._ppm_outcome, self.num_generations, add_outcome=args.add_outcome_reward,
             scale=args.scale_rewards, valid=self._ppm_valid, outcome_weight=args.outcome_weight,
