@@ -199,7 +199,7 @@ def main():
     replay = ReplayedBatch(dataset)
     # `_score_progress` decodes the K prefixes and calls the scorer; the scorer's own time is subtracted below.
     ppm_pieces = ["_prefix_lengths", "_score_progress", "_segment_advantages", "_segment_ids", "_log_ppm"]
-    papo_pieces = ["_score_correct_responses", "compute_advantages"]
+    papo_pieces = ["_score", "compute_advantages"]  # `_score` calls the scorer (its own time subtracted below)
 
     def grpo():
         return {"grpo": run(GRPOTrainer, GRPOConfig, args.steps, dataset, replay=replay)}
@@ -212,7 +212,7 @@ def main():
 
     def papo():
         return {"papo": run(PAPOTrainer, PAPOConfig, args.steps, dataset, replay=replay, pieces=papo_pieces,
-                            scorer_attr="process_scorer")}
+                            scorer_attr="process_scorer", overlap_scoring=False)}  # timed on the training thread
 
     grpo()  # untimed: fills the replay cache (the real generation happens here, once)
     order = [grpo, ppm, papo]

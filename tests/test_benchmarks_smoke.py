@@ -30,6 +30,19 @@ def test_overhead_quick(tmp_path):
     assert "PPM step / GRPO step" in stdout
 
 
+def test_judge_quota_one_process_quick(tmp_path):
+    """One accelerate launch per mode against the quota server: the table's shape, and the limiter's bound."""
+    out = tmp_path / "judge_quota.json"
+    stdout = _run("benchmarks/judge_quota.py", "--processes", "1", "--steps", "1", "--overhead-repeats", "0",
+                  "--json", str(out))
+    rows = json.loads(out.read_text())["quota"]
+    assert [(row["processes"], row["limiter"]) for row in rows] == [(1, False), (1, True)]
+    limited = rows[1]
+    assert limited["requests_seen"] > 0 and limited["unscorable"] == 0
+    assert limited["max_in_window"] <= limited["bound_per_window"]
+    assert "| processes | limiter | requests |" in stdout
+
+
 def test_judge_overlap_quick(tmp_path):
     out = tmp_path / "judge_overlap.json"
     stdout = _run("benchmarks/judge_overlap.py", "--quick", "--json", str(out))
