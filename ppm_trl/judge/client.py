@@ -437,12 +437,13 @@ class LiteLLMJudge(JudgeTasks):
                 KeyClaims.release(lock)
                 self.stats.add(cache_hits=1, shared_across_processes=1)
                 return parsed
-        written = len(writes)
+        mine: list[asyncio.Future] = []  # this request's cache write, if it gets an answer
         try:
-            return await self._send(key, messages, parse, writes)
+            return await self._send(key, messages, parse, mine)
         finally:
-            if len(writes) > written:  # keep the claim until the answer is on disk for the other processes
-                writes[-1].add_done_callback(lambda _: KeyClaims.release(lock))
+            writes.extend(mine)
+            if mine:  # keep the claim until the answer is on disk for the other processes
+                mine[-1].add_done_callback(lambda _: KeyClaims.release(lock))
             else:
                 KeyClaims.release(lock)
 
