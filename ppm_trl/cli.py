@@ -623,7 +623,7 @@ def train(argv: list[str]) -> None:
 def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
     """`<prefix>: done {json}` on stdout; on stderr a warning when nothing was learned, and the `eval` to run next."""
     print(f"{prefix}: done " + json.dumps(summary), flush=True)
-    for callback in trainer.callback_handler.callbacks:  # e.g. the judge budget ended the run early: say why
+    for callback in getattr(getattr(trainer, "callback_handler", None), "callbacks", []):  # e.g. the judge budget
         if getattr(callback, "stopped", None):
             print(f"{prefix}: stopped early: {callback.stopped}", file=sys.stderr)
     problem = nothing_learned(trainer.state.log_history, trainer.args)
