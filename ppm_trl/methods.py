@@ -229,7 +229,8 @@ register_method(Method("papo", "ppm_trl.configs:PAPOConfig", "ppm_trl.trainers.p
                        summary="PAPO: outcome advantage + process advantage over the correct responses",
                        columns=_papo_columns, paper=PAPO_PAPER, card_name="PAPO"))
 register_method(Method("arg", "ppm_trl.configs:ARGConfig", "ppm_trl.trainers.arg:ARGTrainer", extra_rewards=("format",),
-                       summary="Adaptive Reference Guidance for all-failure groups (reward: accuracy + 0.2·format)",
+                       summary="Adaptive Reference Guidance for all-failure groups (reward: accuracy + "
+                               "format_reward_weight·format)",
                        columns=_arg_columns, paper=ARG_PAPER, card_name="ARG"))
 register_method(Method("ppm+arg", "ppm_trl.configs:PPMARGConfig", "ppm_trl.trainers.composed:PPMARGTrainer",
                        summary="ARG's guidance for all-failure groups, then PPM's segment credit on every row",
