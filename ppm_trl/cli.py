@@ -13,9 +13,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from .methods import METHODS, get_method  # the method registry (no TRL import)
-
-REWARD_FUNCS = ("env_outcome", "accuracy", "format", "env_point_fraction")
+from .methods import METHODS, REWARDS, get_method, get_reward  # the registries (no TRL import)
 
 
 @dataclass
@@ -34,7 +32,7 @@ class TrainScriptArguments:
     dataset_train_split: str = field(default="train", metadata={"help": "Training split."})
     reward_funcs: list[str] = field(
         default_factory=list,
-        metadata={"help": f"Reward functions among {', '.join(REWARD_FUNCS)}; default: env_outcome for an env, "
+        metadata={"help": f"Reward functions among {', '.join(REWARDS)}; default: env_outcome for an env, "
                   "accuracy otherwise (arg: accuracy + format)."},
     )
     multiturn: bool = field(
@@ -495,25 +493,17 @@ def reward_names(script_args) -> list[str]:
     if not names:
         names = ["env_outcome"] if script_args.env_name else ["accuracy"]
         names += get_method(script_args.method).extra_rewards
-    unknown = [n for n in names if n not in REWARD_FUNCS]
+    unknown = [n for n in names if n not in REWARDS]
     if unknown:
-        raise UsageError(f"unknown reward function(s) {unknown}; accepted: {', '.join(REWARD_FUNCS)}")
+        raise UsageError(f"unknown reward function(s) {unknown}; accepted: {', '.join(REWARDS)}")
     return names
 
 
 def build_reward_funcs(script_args, training_args):
-    from . import rewards
-
-    table = {
-        "env_outcome": rewards.env_outcome_reward,
-        "accuracy": rewards.accuracy_reward,
-        "format": rewards.format_reward,
-        "env_point_fraction": rewards.env_point_fraction,
-    }
     names = reward_names(script_args)
     if names[1:] == ["format"] and not script_args.reward_funcs and training_args.reward_weights is None:
         training_args.reward_weights = [1.0, getattr(training_args, "format_reward_weight", 1.0)]
-    return [table[n] for n in names]
+    return [get_reward(n).load() for n in names]
 
 
 def build_trainer(script_args, training_args, model_args):

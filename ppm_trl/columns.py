@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from .methods import REWARDS, get_method
 from .rewards import last_boxed
 
 _GSM8K_ANSWER = re.compile(r"^[ \t]*####[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
@@ -31,8 +32,6 @@ FIXES = {
     "env": "the programmatic scorers and `env_*` rewards only work on the synthetic envs (`--env_name`); for your "
            "own data use the judge (`--progress_scorer judge` / `--process_scorer judge`) and `--reward_funcs accuracy`",
 }
-REWARD_COLUMNS = {"accuracy": ("answer",), "env_outcome": ("env",), "env_point_fraction": ("env", "reasoning_points"),
-                  "format": ()}
 
 
 def gsm8k_answer(text: Any) -> str | None:
@@ -174,24 +173,14 @@ def _text(value: Any, column: str, row: int) -> str:
 
 
 def required_columns(method: str, reward_funcs: Sequence[str], training_args) -> dict[str, str]:
-    """Column → who reads it, for a method, its reward functions (by CLI name) and its scorer."""
+    """Column → who reads it, for a method, its reward functions (by CLI name) and its scorer (the registries in
+    `ppm_trl.methods` say which)."""
     needs = {"prompt": "every method"}
     for name in reward_funcs:
-        for column in REWARD_COLUMNS.get(name, ()):
+        for column in REWARDS[name].columns if name in REWARDS else ():
             needs.setdefault(column, f"the `{name}` reward")
-    parts = method.split("+")  # a composed method ("ppm+arg") reads what each of its parts reads
-    if "ppm" in parts:
-        needs.setdefault("reasoning_points", "PPM")
-        if getattr(training_args, "progress_scorer", None) == "programmatic":
-            needs.setdefault("env", "PPM's programmatic progress scorer (`progress_scorer: programmatic`)")
-    if "papo" in parts:
-        if getattr(training_args, "process_scorer", None) == "judge":
-            needs.setdefault("reference", "PAPO's judge process scorer (`process_scorer: judge`)")
-        else:
-            needs.setdefault("reasoning_points", "PAPO's programmatic process scorer (`process_scorer: programmatic`)")
-            needs.setdefault("env", "PAPO's programmatic process scorer (`process_scorer: programmatic`)")
-    if "arg" in parts:
-        needs.setdefault("reference", "ARG (reference-guided continuations)")
+    for column, need in get_method(method).required_columns(training_args).items():
+        needs.setdefault(column, need.reader)
     return needs
 
 

@@ -18,6 +18,7 @@ SEGMENTATIONS = ("equal_chunks", "turns", "delimiter")
 GRANULARITIES = ("segment", "trajectory")
 RUBRICS = ("three_tier", "five_tier")
 ARG_MODES = ("arg", "reference_insertion", "resampling")
+SCORERS = ("programmatic", "judge")  # PPM's progress_scorer, PAPO's process_scorer
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -243,7 +244,7 @@ class PPMConfig(GRPOConfig, JudgeArguments):
             compile_delimiter(self.segment_delimiter)  # a bad regex fails here, not at the first step
         _check_choice("granularity", self.granularity, GRANULARITIES)
         _check_choice("progress_mode", self.progress_mode, PROGRESS_MODES)
-        _check_choice("progress_scorer", self.progress_scorer, ("programmatic", "judge"))
+        _check_choice("progress_scorer", self.progress_scorer, SCORERS)
         if self.progress_mode != "ppm" and self.shortcutting:
             # The baselines are defined without shortcutting (paper App. B.1).
             self.shortcutting = False
@@ -312,9 +313,22 @@ class PAPOConfig(GRPOConfig, JudgeArguments):
         _check_choice("process_norm", self.process_norm, PROCESS_NORMS)
         _check_choice("combine", self.combine, COMBINES)
         _check_choice("rubric", self.rubric, RUBRICS)
-        _check_choice("process_scorer", self.process_scorer, ("programmatic", "judge"))
+        _check_choice("process_scorer", self.process_scorer, SCORERS)
         _refuse_normalize_then_sum(self, "PAPO", "its outcome is the binary 1[weighted outcome ≥ correct_threshold] "
                                    "of the summed rewards, normalised once by A_out")
+
+
+def _arg_trl_defaults() -> dict:
+    """ARG's values of TRL fields (Table 4, eq. 29), written once. `ARGConfig` declares them, and a composed config
+    declares them again where ARG's value must win: a dataclass takes a field's default from the last base that
+    has the field, and every GRPOConfig subclass has all of TRL's. (Fresh `field`s each call: a dataclass owns its.)"""
+    return dict(
+        epsilon=field(default=0.2, metadata={"help": "Lower clip: ratio ≥ 0.8 (ARG eq. 29)."}),
+        epsilon_high=field(default=0.3, metadata={"help": "Upper clip: ratio ≤ 1.3 (ARG eq. 29)."}),
+        warmup_steps=field(default=10, metadata={"help": "ARG Table 4: 10 warmup updates."}),
+        weight_decay=field(default=0.01, metadata={"help": "ARG Table 4: 0.01."}),
+        lr_scheduler_type=field(default="constant_with_warmup", metadata={"help": "ARG: constant after warmup."}),
+    )
 
 
 @dataclass
@@ -368,11 +382,11 @@ class ARGConfig(GRPOConfig):
         default="\\boxed", metadata={"help": "The final-answer marker a prefix must leave in the suffix (App. E.2)."}
     )
     # Paper defaults where they differ from TRL's.
-    epsilon: float = field(default=0.2, metadata={"help": "Lower clip: ratio ≥ 0.8 (paper eq. 29)."})
-    epsilon_high: float | None = field(default=0.3, metadata={"help": "Upper clip: ratio ≤ 1.3 (paper eq. 29)."})
-    warmup_steps: float = field(default=10, metadata={"help": "Paper Table 4: 10 warmup updates."})
-    weight_decay: float = field(default=0.01, metadata={"help": "Paper Table 4: 0.01."})
-    lr_scheduler_type: str = field(default="constant_with_warmup", metadata={"help": "Paper: constant after warmup."})
+    epsilon: float = _arg_trl_defaults()["epsilon"]
+    epsilon_high: float | None = _arg_trl_defaults()["epsilon_high"]
+    warmup_steps: float = _arg_trl_defaults()["warmup_steps"]
+    weight_decay: float = _arg_trl_defaults()["weight_decay"]
+    lr_scheduler_type: str = _arg_trl_defaults()["lr_scheduler_type"]
 
     def __post_init__(self):
         super().__post_init__()
@@ -404,16 +418,6 @@ class ARGConfig(GRPOConfig):
             raise ValueError("arg_answer_marker must be a non-empty string such as '\\boxed'")
 
 
-def _arg_schedule_fields():
-    """ARG's own TRL defaults (Table 4, eq. 29), declared again on a composed config: a dataclass takes a field's
-    default from the last base that has the field, and every GRPOConfig subclass has all of TRL's."""
-    return dict(
-        warmup_steps=field(default=10, metadata={"help": "ARG Table 4: 10 warmup updates."}),
-        weight_decay=field(default=0.01, metadata={"help": "ARG Table 4: 0.01."}),
-        lr_scheduler_type=field(default="constant_with_warmup", metadata={"help": "ARG: constant after warmup."}),
-    )
-
-
 @dataclass
 class PPMARGConfig(PPMConfig, ARGConfig):
     r"""Configuration of [`PPMARGTrainer`]: ARG's reference guidance for all-failure groups, then PPM's credit.
@@ -423,9 +427,9 @@ class PPMARGConfig(PPMConfig, ARGConfig):
     warmup updates, then constant; weight decay 0.01) and the guidance knobs (levels, caps, selector) are ARG's.
     """
 
-    warmup_steps: float = _arg_schedule_fields()["warmup_steps"]
-    weight_decay: float = _arg_schedule_fields()["weight_decay"]
-    lr_scheduler_type: str = _arg_schedule_fields()["lr_scheduler_type"]
+    warmup_steps: float = _arg_trl_defaults()["warmup_steps"]
+    weight_decay: float = _arg_trl_defaults()["weight_decay"]
+    lr_scheduler_type: str = _arg_trl_defaults()["lr_scheduler_type"]
 
 
 @dataclass
@@ -437,8 +441,8 @@ class PAPOARGConfig(PAPOConfig, ARGConfig):
     weight decay 0.01.
     """
 
-    epsilon: float = field(default=0.2, metadata={"help": "Lower clip: ratio ≥ 0.8 (ARG eq. 29)."})
-    epsilon_high: float | None = field(default=0.3, metadata={"help": "Upper clip: ratio ≤ 1.3 (ARG eq. 29)."})
-    warmup_steps: float = _arg_schedule_fields()["warmup_steps"]
-    weight_decay: float = _arg_schedule_fields()["weight_decay"]
-    lr_scheduler_type: str = _arg_schedule_fields()["lr_scheduler_type"]
+    epsilon: float = _arg_trl_defaults()["epsilon"]
+    epsilon_high: float | None = _arg_trl_defaults()["epsilon_high"]
+    warmup_steps: float = _arg_trl_defaults()["warmup_steps"]
+    weight_decay: float = _arg_trl_defaults()["weight_decay"]
+    lr_scheduler_type: str = _arg_trl_defaults()["lr_scheduler_type"]

@@ -69,57 +69,43 @@ def _common_args(spec: RunSpec, output_dir: str, budget: int, progress: bool) ->
     )
 
 
+def variant_settings(spec: RunSpec) -> tuple[str, dict]:
+    """(registered method, its config's settings beyond `_common_args`) of `spec.variant`."""
+    # PPM as the demo runs it: one segment per sub-problem, the outcome added to every segment, no std division.
+    ppm = dict(num_segments=spec.num_segments or spec.n, add_outcome_reward=True, scale_rewards="none",
+               filter_zero_advantage_groups=True)
+    # `common` overrides ARG's paper schedule (warmup 10, weight decay 0.01): the same optimiser for every variant.
+    return {
+        "sparse": ("grpo", {"scale_rewards": "group"}),
+        "trajectory": ("ppm", {"granularity": "trajectory", **ppm}),
+        "segment": ("ppm", {"granularity": "segment", **ppm}),
+        # a segment ends at each newline (line k = sub-problem k; the box joins the last line's segment)
+        "lines": ("ppm", {"granularity": "segment", **ppm, "segmentation": "delimiter", "segment_delimiter": "\n"}),
+        # the programmatic process score: the fraction of reference lines a correct response states (no LLM judge)
+        "papo": ("papo", {"process_scorer": "programmatic"}),
+        # PAPO §6's multiplicative ablation: outcome × process in one reward, normalised over the whole group
+        "papo_mult": ("papo", {"process_scorer": "programmatic", "combine": "multiplicative"}),
+        "arg": ("arg", {}),
+        "fixed_prefix": ("arg", {"arg_levels": [0.5]}),  # one level α = ½, no selector: the fixed-guidance baseline
+        "reference_insertion": ("arg", {"arg_mode": "reference_insertion"}),  # §5.3's ablation
+        # ARG decides the rows of all-failure groups, segment-level PPM (as in "segment") credits every row
+        "ppm+arg": ("ppm+arg", {"granularity": "segment", **ppm}),
+        "papo+arg": ("papo+arg", {"process_scorer": "programmatic"}),
+    }[spec.variant]
+
+
 def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: str, budget: int,
                   progress: bool = False):
-    """The trainer of `spec.variant`; all share `_common_args` and the outcome reward (the env's verifier)."""
-    from trl import GRPOConfig, GRPOTrainer
-
-    from ..configs import PPMConfig
+    """The trainer of `spec.variant` (the method registry's classes); all share `_common_args` and the outcome
+    reward (the env's verifier)."""
+    from ..methods import get_method
     from ..rewards import env_outcome_reward
-    from ..trainers.ppm import PPMGRPOTrainer
 
-    common = _common_args(spec, output_dir, budget, progress)
-    kwargs = dict(model=model, reward_funcs=[env_outcome_reward], train_dataset=train_dataset,
-                  processing_class=tokenizer)
-    if spec.variant == "sparse":
-        return GRPOTrainer(args=GRPOConfig(**common, scale_rewards="group"), **kwargs)
-    if spec.variant in ("trajectory", "segment", "lines"):
-        # "lines": a segment ends at each newline (line k = sub-problem k; the box joins the last line's segment).
-        segmentation = {"segmentation": "delimiter", "segment_delimiter": "\n"} if spec.variant == "lines" else {}
-        args = PPMConfig(**common, granularity="trajectory" if spec.variant == "trajectory" else "segment",
-                         num_segments=spec.num_segments or spec.n, add_outcome_reward=True, scale_rewards="none",
-                         filter_zero_advantage_groups=True, **segmentation)
-        return PPMGRPOTrainer(args=args, **kwargs)
-    if spec.variant == "papo_mult":
-        from ..configs import PAPOConfig
-        from ..trainers.papo import PAPOTrainer
-
-        # PAPO §6's multiplicative ablation: outcome × process in one reward, normalised over the whole group.
-        return PAPOTrainer(args=PAPOConfig(**common, process_scorer="programmatic", combine="multiplicative"), **kwargs)
-    if spec.variant in ("papo", "papo+arg"):
-        from ..configs import PAPOARGConfig, PAPOConfig
-        from ..trainers.composed import PAPOARGTrainer
-        from ..trainers.papo import PAPOTrainer
-
-        # Programmatic process score: the fraction of reference lines a correct response states (no LLM judge).
-        # With ARG, `common` overrides ARG's paper schedule (warmup 10, weight decay 0.01): the same optimiser.
-        config, trainer = (PAPOConfig, PAPOTrainer) if spec.variant == "papo" else (PAPOARGConfig, PAPOARGTrainer)
-        return trainer(args=config(**common, process_scorer="programmatic"), **kwargs)
-    if spec.variant == "ppm+arg":
-        from ..configs import PPMARGConfig
-        from ..trainers.composed import PPMARGTrainer
-
-        # ARG decides the rows of all-failure groups, segment-level PPM (as in "segment") credits every row.
-        args = PPMARGConfig(**common, granularity="segment", num_segments=spec.num_segments or spec.n,
-                            add_outcome_reward=True, scale_rewards="none", filter_zero_advantage_groups=True)
-        return PPMARGTrainer(args=args, **kwargs)
-    from ..configs import ARGConfig
-    from ..trainers.arg import ARGTrainer
-
-    # `common` overrides ARG's paper schedule (warmup 10, weight decay 0.01): same optimiser as every other variant.
-    # fixed_prefix: one level α = ½, no selector (the fixed-guidance baseline); reference_insertion: §5.3's ablation.
-    mode = {"fixed_prefix": {"arg_levels": [0.5]}, "reference_insertion": {"arg_mode": "reference_insertion"}}
-    return ARGTrainer(args=ARGConfig(**common, **mode.get(spec.variant, {})), **kwargs)
+    name, settings = variant_settings(spec)
+    method = get_method(name)
+    args = method.config_class()(**_common_args(spec, output_dir, budget, progress), **settings)
+    return method.trainer_class()(args=args, model=model, reward_funcs=[env_outcome_reward],
+                                  train_dataset=train_dataset, processing_class=tokenizer)
 
 
 def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history: list, train_logs: list,

@@ -41,17 +41,24 @@ def check_columns(dataset, required: dict[str, str], method: str) -> None:
                     raise ValueError(f"{method}: column `{column}`, row {row_index}: {problem}")
 
 
-# Dataset columns the project's reward functions read (TRL passes every column to them as a keyword list).
-REWARD_COLUMNS = {"accuracy_reward": ("answer",), "env_outcome_reward": ("env",),
-                  "env_point_fraction": ("env", "reasoning_points")}
+def check_method_columns(dataset, method: str, args, custom_scorer: bool = False) -> None:
+    """The columns the registered `method` reads with this config (`ppm_trl.methods`) must be in the dataset, with
+    cells of the right kind; `custom_scorer`: the trainer got its own scorer, the config's is not used."""
+    from ..methods import get_method
+
+    for column, need in get_method(method).required_columns(args, custom_scorer).items():
+        check_columns(dataset, {column: need.kind}, need.reader)
 
 
 def check_reward_columns(dataset, reward_funcs, method: str) -> None:
-    """The columns the given reward functions read must be in the dataset (checked before any generation)."""
+    """The columns the given reward functions read (the reward registry says which) must be in the dataset
+    (checked before any generation); a user's own reward function is not checked."""
+    from ..methods import reward_of_function
+
     for func in reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]:
-        name = getattr(func, "__name__", None)
-        for column in REWARD_COLUMNS.get(name, ()):
-            check_columns(dataset, {column: "any"}, f"{method} with the `{name}` reward")
+        reward = reward_of_function(func) if callable(func) else None
+        for column in reward.columns if reward is not None else ():
+            check_columns(dataset, {column: "any"}, f"{method} with the `{func.__name__}` reward")
 
 
 def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: int = 2, tool_calling: bool = False):
@@ -78,6 +85,14 @@ class MethodModelCardMixin:
     TRL writes its card only with checkpoints and on `push_to_hub`; PEFT's `save_pretrained` leaves its own
     boilerplate README. `push_to_hub` goes through TRL's `create_model_card`, hence through the fix below too.
     """
+
+    def __init__(self, *args, **kwargs):
+        # TRL reads `_name`, `_paper` and `_tag_names` for the card (and the tags in __init__): the method's
+        # registry record says them (`ppm_trl.methods.Method.model_card`), unless a subclass of the registered
+        # trainer sets its own.
+        for attribute, value in registered_model_card(type(self)).items():
+            setattr(self, attribute, value)
+        super().__init__(*args, **kwargs)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         super().save_model(output_dir, _internal_call)
@@ -110,6 +125,19 @@ class MethodModelCardMixin:
         if text != card.text:
             card.text = text
             card.save(path)
+
+
+def registered_model_card(cls: type) -> dict:
+    """{attribute: value} of TRL's card attributes that the registry decides for trainer class `cls`: those of
+    its nearest registered class, except an attribute a subclass below that class sets itself."""
+    from ..methods import method_of_trainer
+
+    method = method_of_trainer(cls)
+    if method is None:
+        return {}
+    below = cls.__mro__[: [f"{k.__module__}:{k.__qualname__}" for k in cls.__mro__].index(method.trainer)]
+    return {attribute: value for attribute, value in method.model_card().items()
+            if not any(attribute in vars(k) for k in below)}
 
 
 def _column_problem(value: Any, kind: str) -> str | None:

@@ -9,7 +9,8 @@ functions alone, `MethodTrainer.outcome_rewards`), then TRL scores the FINAL row
 progress of every row, inserted ones judged like any rollout) or PAPO's (process scores of the correct rows), and
 `compute_advantages` replaces TRL's advantages with PPM's (B, T) or PAPO's (B,) ones. ARG's own
 advantage (accuracy + 0.2·format, std-normalised) is thereby replaced by the crediting method's; its selector
-feedback is unchanged. The dataset needs both methods' columns (`reference`; `reasoning_points` for PPM).
+feedback is unchanged. The dataset needs both methods' columns (`reference`; `reasoning_points` for PPM), and the
+model card cites both papers: the registry (`ppm_trl.methods`, `parts=("ppm", "arg")`) says so.
 """
 
 from __future__ import annotations
@@ -20,22 +21,9 @@ from .papo import PAPOTrainer
 from .ppm import PPMGRPOTrainer
 
 
-def _joined_paper(credit: type, guidance: type = ARGTrainer) -> dict:
-    """The model card's paper entry: the crediting method's paper first, both BibTeX entries."""
-    return {
-        "title": f"{credit._paper['title']} + {guidance._paper['title']}",
-        "id": credit._paper["id"],
-        "citation": credit._paper["citation"] + "\n\n" + guidance._paper["citation"],
-    }
-
-
 class PPMARGTrainer(ARGTrainer, PPMGRPOTrainer):
     """ARG's guidance for all-failure groups (ARG §4, Alg. 1), then PPM's segment progress and per-token advantages
     over all rows of the final groups (PPM §4–5). Takes a [`PPMARGConfig`] and PPM's `progress_scorer` argument."""
-
-    _tag_names = ["trl", "grpo", "ppm", "arg", "ppm+arg", "ppm-trl"]
-    _name = "PPM-GRPO + ARG"
-    _paper = _joined_paper(PPMGRPOTrainer)
 
     def __init__(self, model, reward_funcs, args: PPMARGConfig | None = None, train_dataset=None, **kwargs):
         if not isinstance(args, PPMARGConfig):
@@ -46,10 +34,6 @@ class PPMARGTrainer(ARGTrainer, PPMGRPOTrainer):
 class PAPOARGTrainer(ARGTrainer, PAPOTrainer):
     """ARG's guidance for all-failure groups (ARG §4, Alg. 1), then PAPO's A_out + λ·A_proc over the final groups
     (PAPO §4.1): inserted correct rows are rubric-scored like any correct response. Takes a [`PAPOARGConfig`]."""
-
-    _tag_names = ["trl", "grpo", "papo", "arg", "papo+arg", "ppm-trl"]
-    _name = "PAPO + ARG"
-    _paper = _joined_paper(PAPOTrainer)
 
     def __init__(self, model, reward_funcs, args: PAPOARGConfig | None = None, train_dataset=None, **kwargs):
         if not isinstance(args, PAPOARGConfig):

@@ -17,7 +17,6 @@ Either way the same responses go to the same scorer once, and its errors (and th
 
 from __future__ import annotations
 
-import textwrap
 from concurrent.futures import Future
 
 import torch
@@ -27,7 +26,7 @@ from ..configs import PAPOConfig
 from ..scorers import build_process_scorer
 from .base import Advantages, MethodTrainer
 from .common import (
-    check_columns,
+    check_method_columns,
     check_reward_columns,
     completion_text,
     install_judge_stats,
@@ -47,29 +46,11 @@ class PAPOTrainer(MethodTrainer):
         Everything else is `GRPOTrainer`'s. With the judge scorer the dataset needs a `reference` column.
     """
 
-    _tag_names = ["trl", "grpo", "papo", "ppm-trl"]
-    _name = "PAPO"
-    _paper = {
-        "title": "PAPO: Stabilizing Rubric Integration Training via Decoupled Advantage Normalization",
-        "id": "2603.26535",
-        "citation": textwrap.dedent(
-            """\
-            @article{papo2026,
-                title        = {{PAPO: Stabilizing Rubric Integration Training via Decoupled Advantage Normalization}},
-                year         = 2026,
-                eprint       = {arXiv:2603.26535}
-            }"""
-        ),
-    }
-
     def __init__(self, model, reward_funcs, args: PAPOConfig | None = None, train_dataset=None,
                  process_scorer=None, **kwargs):
         if not isinstance(args, PAPOConfig):
             raise TypeError(f"PAPOTrainer needs a PAPOConfig, got {type(args).__name__}")
-        if process_scorer is None and args.process_scorer == "judge":
-            check_columns(train_dataset, {"reference": "str"}, "PAPO (judge scorer)")
-        elif process_scorer is None:
-            check_columns(train_dataset, {"reasoning_points": "list", "env": "any"}, "PAPO (programmatic scorer)")
+        check_method_columns(train_dataset, "papo", args, custom_scorer=process_scorer is not None)
         self.process_scorer = process_scorer if process_scorer is not None else build_process_scorer(args)
         self._papo_process = None
         self._papo_pending = None  # (outcome, judged local rows, their scores or the Future of the early scoring)

@@ -14,8 +14,6 @@ Everything group-based happens before TRL shuffles and splits the batch; TRL's l
 
 from __future__ import annotations
 
-import textwrap
-
 import torch
 
 from ..advantages import ppm_estimator, zero_advantage_groups
@@ -31,7 +29,13 @@ from ..segments import (
     turn_segment_ids,
 )
 from .base import Advantages, MethodTrainer
-from .common import check_columns, check_reward_columns, install_judge_stats, resolve_model_path, weighted_outcome
+from .common import (
+    check_method_columns,
+    check_reward_columns,
+    install_judge_stats,
+    resolve_model_path,
+    weighted_outcome,
+)
 
 
 class PPMGRPOTrainer(MethodTrainer):
@@ -45,29 +49,13 @@ class PPMGRPOTrainer(MethodTrainer):
         Everything else is `GRPOTrainer`'s. The train dataset needs `reasoning_points` (and `reasoning_graph`).
     """
 
-    _tag_names = ["trl", "grpo", "ppm", "ppm-trl"]
-    _name = "PPM-GRPO"
-    _paper = {
-        "title": "Long-Horizon Language Model Reinforcement Learning via Progressive Point Matching",
-        "id": "2609.07303",
-        "citation": textwrap.dedent(
-            """\
-            @article{ppm2026,
-                title        = {{Long-Horizon Language Model Reinforcement Learning via Progressive Point Matching}},
-                author       = {Kevin Frans and Oleh Rybkin and Sergey Levine and Aviral Kumar and others},
-                year         = 2026,
-                eprint       = {arXiv:2609.07303}
-            }"""
-        ),
-    }
-
     def __init__(self, model, reward_funcs, args: PPMConfig | None = None, train_dataset=None,
                  progress_scorer: ProgressScorer | None = None, **kwargs):
         if args is None:
             raise ValueError("PPMGRPOTrainer needs a PPMConfig (`args=PPMConfig(...)`)")
         if not isinstance(args, PPMConfig):
             raise TypeError(f"PPMGRPOTrainer needs a PPMConfig, got {type(args).__name__}")
-        check_columns(train_dataset, {"reasoning_points": "list"}, "PPM")
+        check_method_columns(train_dataset, "ppm", args, custom_scorer=progress_scorer is not None)
         _check_graphs(train_dataset)
         self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
         self._ppm_progress = None  # gathered (B, K) progress of the current generation batch (set by on_scores)
