@@ -26,7 +26,13 @@ And public helpers: `sample_completion_ids` (the generation backend; tests scrip
 ids with a max_tokens per row through the trainer's own backend: HF, vLLM colocate or server), `outcome_rewards`
 (the reward functions alone), `compute_rewards_early` (the final rows' rewards before the log-prob passes, reused
 by TRL's reward pass), `sequence_logprobs` (a no-grad forward), `log_metric`, `tokenizer`, `is_multimodal`,
-`decode_completions`, `current_rollout`, `run_in_background`.
+`decode_completions`, `current_rollout`, `run_in_background`; and TRL's state a method reads, by name:
+`outcome_reward_weights`, `eos_ids`, `masks_truncated_completions`. `save_model` also writes the method's model card
+(from the class attributes `_name`, `_paper`, `_tag_names`, TRL's documented model-card attributes).
+
+The seam is closed (`tests/test_trl_seam.py`): outside this module, no code names a TRL/Trainer private member or
+passes a private parameter, imports from a TRL submodule what `trl` does not export, reads trainer state TRL sets
+but does not document (only `DOCUMENTED_TRAINER_STATE`), or writes into an object TRL owns.
 
 The order inside TRL 1.16's `GRPOTrainer._generate_and_score_completions`, which the hooks hang on:
 1. `_generate(prompts)` (→ `on_rollout`, then `on_final_rollout`) and padding into tensors;
@@ -50,6 +56,7 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,10 +78,9 @@ from trl import GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import parse_response  # noqa: E402
 from trl.data_utils import is_conversational  # noqa: E402
 from trl.models.utils import disable_gradient_checkpointing  # noqa: E402
-from trl.trainer.utils import pad  # noqa: E402
+from trl.trainer.utils import get_config_model_id, pad  # noqa: E402
 
 from ..segments import expand_segment_values  # noqa: E402
-from .common import MethodModelCardMixin  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +99,29 @@ TRL_PRIVATE_METHODS = {
     "_save_checkpoint": ("self", "model", "trial"),
     "_load_optimizer_and_scheduler": ("self", "checkpoint"),
     "_load_from_checkpoint": ("self", "resume_from_checkpoint"),
+}
+# Private parameters of public transformers / TRL methods this module passes (checked like TRL_PRIVATE_METHODS).
+TRL_PRIVATE_PARAMETERS = {
+    "save_model": ("self", "output_dir", "_internal_call"),
+}
+# Names this module imports from TRL submodules although `trl` does not export them (checked by the seam test: they
+# exist, and no other module imports from a TRL submodule what `trl` itself does not export).
+TRL_SUBMODULE_IMPORTS = {
+    "trl.chat_template_utils": ("parse_response",),
+    "trl.data_utils": ("is_conversational",),
+    "trl.models.utils": ("disable_gradient_checkpointing",),
+    "trl.trainer.utils": ("get_config_model_id", "pad"),
+}
+# Trainer state (attributes TRL / transformers set on the trainer) that code outside this module may read directly,
+# besides Trainer's documented "Important attributes" and the constructor arguments kept under their own name: why
+# each is safe. Any other state TRL sets is read through an accessor of MethodTrainer (`outcome_reward_weights`,
+# `eos_ids`, `masks_truncated_completions`, ...). Checked by tests/test_trl_seam.py.
+DOCUMENTED_TRAINER_STATE = {
+    "state": "the TrainerState every TrainerCallback receives (transformers' callback API)",
+    "control": "the TrainerControl every TrainerCallback receives (transformers' callback API)",
+    "accelerator": "transformers' Accelerate integration (process index, gather, device); documented in its guides",
+    "callback_handler": "holds the callbacks that Trainer.add_callback / pop_callback / remove_callback edit",
+    "num_generations": "GRPO's group size G, `args.num_generations` as given (the seam test checks they are equal)",
 }
 TRL_PRIVATE_ATTRIBUTES = ("_tokenizer", "_is_vlm", "_logs", "_metrics", "_pending_metrics", "_pending_extra_logs")
 # `vllm_generation` (only with use_vllm): its `max_completion_length`, `llm` (colocate) and `vllm_client` (server).
@@ -264,8 +293,18 @@ def plan_generation_calls(budgets: list[int], rooms: list[int | None]) -> list[t
     return calls
 
 
-class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
+class MethodTrainer(GRPOTrainer):
     """GRPOTrainer with public hooks for a method's rollouts, scores, advantages and checkpoint state."""
+
+    def __init__(self, *args, **kwargs):
+        # TRL reads `_name`, `_paper` and `_tag_names` for the model card (and the tags in __init__): the method's
+        # registry record says them (`ppm_trl.methods.Method.model_card`), unless a subclass of the registered
+        # trainer sets its own.
+        from .common import registered_model_card
+
+        for attribute, value in registered_model_card(type(self)).items():
+            setattr(self, attribute, value)
+        super().__init__(*args, **kwargs)
 
     # ------------------------------------------------------------------------------------------ public hooks
     def on_rollout(self, rollout: Rollout) -> Rollout:
@@ -300,6 +339,23 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
     @property
     def is_multimodal(self) -> bool:
         return self._is_vlm
+
+    @property
+    def outcome_reward_weights(self) -> torch.Tensor:
+        """(F,) weight of each reward function, in `reward_funcs` order: `args.reward_weights`, or all 1 (TRL's own
+        tensor, which also covers a reward function TRL appends itself)."""
+        return self.reward_weights
+
+    @property
+    def eos_ids(self) -> list[int]:
+        """The ids that end a completion: the generation config's EOS ids and the tokenizer's (TRL's union)."""
+        return list(self.eos_token_ids)
+
+    @property
+    def masks_truncated_completions(self) -> bool:
+        """Whether completions not ended by an EOS (or pad) id are removed from the loss (TRL's
+        `mask_truncated_completions`)."""
+        return bool(self.mask_truncated_completions)
 
     @property
     def current_rollout(self) -> Rollout | None:
@@ -589,6 +645,40 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
                     states[name] = json.load(f)
         self.load_extra_checkpoint_state(states)
 
+    # ------------------------------------------------------------------------------------------------ model card
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """Transformers' `save_model`, then (for a final save, not a checkpoint's) the method's model card: name,
+        paper, BibTeX, tags (the class attributes `_name`, `_paper`, `_tag_names`) and the base model. TRL writes
+        its card only with checkpoints and on `push_to_hub`; PEFT's `save_pretrained` leaves its own boilerplate."""
+        super().save_model(output_dir, _internal_call)
+        if not _internal_call and self.is_world_process_zero():
+            output_dir = output_dir or self.args.output_dir
+            self.create_model_card(model_name=Path(output_dir).name)
+            card = os.path.join(self.args.output_dir, "README.md")
+            if os.path.abspath(output_dir) != os.path.abspath(self.args.output_dir):
+                shutil.copyfile(card, os.path.join(output_dir, "README.md"))
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's card, naming a local base model (`push_to_hub` goes through here too)."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        from huggingface_hub import ModelCard
+
+        # TRL leaves a local base model out of the metadata (not a Hub id) and its template then prints
+        # "fine-tuned version of [None]": name the local model instead.
+        path = os.path.join(self.args.output_dir, "README.md")
+        card = ModelCard.load(path)
+        base = get_config_model_id(self.model.config)
+        text = card.text
+        if card.data.base_model is None and base:
+            text = text.replace("[None](https://huggingface.co/None)", f"the local model `{base}`")
+        if self.hub_model_id is None:  # a local save: the card's usage snippet loads the local directory
+            text = text.replace('model="None"', f'model="{os.path.abspath(self.args.output_dir)}"')
+        if text != card.text:
+            card.text = text
+            card.save(path)
+
     # ---------------------------------------------------------------------------------------------- the work
     def _apply_advantages(self, output: dict, advantages: Advantages) -> None:
         start = self.accelerator.process_index * output["completion_ids"].shape[0]
@@ -622,7 +712,7 @@ class MethodTrainer(MethodModelCardMixin, GRPOTrainer):
         else:
             lengths = [len(ids) for ids in rollout.completion_ids]
         lengths = self.accelerator.gather(torch.tensor(lengths, device=device))
-        stops = {*self.eos_token_ids, self.tokenizer.pad_token_id}
+        stops = {*self.eos_ids, self.tokenizer.pad_token_id}
         truncated = self.accelerator.gather(
             torch.tensor([not ids or ids[-1] not in stops for ids in rollout.completion_ids], device=device))
         metrics = self._metrics[mode]

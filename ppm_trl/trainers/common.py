@@ -1,11 +1,10 @@
-"""Small pieces the trainers share: dataset checks, model resolution, model cards, the outcome reward, judge stats.
+"""Small pieces the trainers share: dataset checks, model resolution, the outcome reward, judge stats.
 
 Nothing here touches TRL's private members (that is `base.py`'s job alone)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any
 
 import torch
@@ -77,54 +76,6 @@ def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: in
     if isinstance(model, str) and os.path.isdir(os.path.expanduser(model)):
         return os.path.abspath(os.path.expanduser(model))
     return model
-
-
-class MethodModelCardMixin:
-    """Writes the method's model card (name, paper, BibTeX, tags, base model) on every final `save_model`.
-
-    TRL writes its card only with checkpoints and on `push_to_hub`; PEFT's `save_pretrained` leaves its own
-    boilerplate README. `push_to_hub` goes through TRL's `create_model_card`, hence through the fix below too.
-    """
-
-    def __init__(self, *args, **kwargs):
-        # TRL reads `_name`, `_paper` and `_tag_names` for the card (and the tags in __init__): the method's
-        # registry record says them (`ppm_trl.methods.Method.model_card`), unless a subclass of the registered
-        # trainer sets its own.
-        for attribute, value in registered_model_card(type(self)).items():
-            setattr(self, attribute, value)
-        super().__init__(*args, **kwargs)
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
-        super().save_model(output_dir, _internal_call)
-        if not _internal_call and self.is_world_process_zero():
-            from pathlib import Path
-
-            output_dir = output_dir or self.args.output_dir
-            self.create_model_card(model_name=Path(output_dir).name)
-            card = os.path.join(self.args.output_dir, "README.md")
-            if os.path.abspath(output_dir) != os.path.abspath(self.args.output_dir):
-                shutil.copyfile(card, os.path.join(output_dir, "README.md"))
-
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
-        if not self.is_world_process_zero():
-            return
-        from huggingface_hub import ModelCard
-        from trl.trainer.utils import get_config_model_id
-
-        # TRL leaves a local base model out of the metadata (not a Hub id) and its template then prints
-        # "fine-tuned version of [None]": name the local model instead.
-        path = os.path.join(self.args.output_dir, "README.md")
-        card = ModelCard.load(path)
-        base = get_config_model_id(self.model.config)
-        text = card.text
-        if card.data.base_model is None and base:
-            text = text.replace("[None](https://huggingface.co/None)", f"the local model `{base}`")
-        if self.hub_model_id is None:  # a local save: the card's usage snippet loads the local directory
-            text = text.replace('model="None"', f'model="{os.path.abspath(self.args.output_dir)}"')
-        if text != card.text:
-            card.text = text
-            card.save(path)
 
 
 def registered_model_card(cls: type) -> dict:

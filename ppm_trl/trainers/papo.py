@@ -103,7 +103,7 @@ class PAPOTrainer(MethodTrainer):
     # ---------------------------------------------------------------------------------------------- pieces
     def _binary_outcome(self, rewards_per_func) -> torch.Tensor:
         """(B_global,) r_out ∈ {0, 1} of the gathered batch; NaN where every reward function returned None."""
-        outcome = weighted_outcome(rewards_per_func, self.reward_weights)
+        outcome = weighted_outcome(rewards_per_func, self.outcome_reward_weights)
         correct = (outcome >= self.args.correct_threshold).to(outcome.dtype)
         return torch.where(torch.isnan(outcome), outcome, correct)
 

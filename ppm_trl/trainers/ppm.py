@@ -98,7 +98,7 @@ class PPMGRPOTrainer(MethodTrainer):
         device = self.accelerator.device
         self._ppm_progress = self.accelerator.gather(progress.to(device))
         self._ppm_valid = self.accelerator.gather(valid.to(device))
-        self._ppm_outcome = weighted_outcome(rewards_per_func, self.reward_weights)
+        self._ppm_outcome = weighted_outcome(rewards_per_func, self.outcome_reward_weights)
 
     def compute_advantages(self, completion_mask, tool_mask):
         args = self.args
