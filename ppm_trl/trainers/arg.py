@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..arg import (
+from ..guidance import (
     Candidate,
     PrefixSelector,
     accept_candidates,
