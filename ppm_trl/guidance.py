@@ -8,8 +8,10 @@ For an all-failure group the trainer scores the reference once under the current
   (App. E.2), to which that length is snapped; `plan_reference_prefixes` does both for every level at once;
 * continuation outcomes → selector feedback W (eq. 7), the `PrefixSelector` update (eqs. 11, 12, 18) and the
   acceptance rule of §4.3 (`accept_candidates`, `choose_replacement_rows`);
-* one step of Algorithm 1 as data (`GuidanceMode`, `GroupPlan`, `resolve_group`, `GroupOutcome`, `guidance_metrics`):
-  the trainer (`ppm_trl/trainers/arg.py`) only scores, generates, verifies, gathers and replaces rows.
+* references that can guide (App. E.1: `reference_problem`, `check_references`, `screen_reference`);
+* one step of Algorithm 1 as data (`GuidanceMode`, `scan_failures`, `GroupPlan`, `resolve_group`, `GroupOutcome`,
+  `selector_feedback`, `guidance_metrics`): the trainer (`ppm_trl/trainers/arg.py`) only scores, generates, verifies,
+  gathers and replaces rows. Also importable as `ppm_trl.arg` (DESIGN.md's Public API path; see ppm_trl/__init__.py).
 
 torch + stdlib only: no TRL, no tokenizer, no model. Surprisals are computed in float64.
 """
