@@ -391,7 +391,7 @@ class ARGConfig(GRPOConfig):
     def __post_init__(self):
         super().__post_init__()
         _check_choice("arg_mode", self.arg_mode, ARG_MODES)
-        from .arg import PrefixSelector  # pure module; imported here to keep this file's imports unchanged
+        from .guidance import PrefixSelector  # pure module; imported here to keep this file's imports unchanged
 
         self.arg_levels = [float(level) for level in self.arg_levels]
         # The selector validates levels, ε, η and β with its own rules (ValueError naming the knob).

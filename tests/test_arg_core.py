@@ -1,4 +1,4 @@
-"""ARG's pure core (ppm_trl/arg.py) against hand-computed values and the paper's equations (§3–4, App. B, E.2)."""
+"""ARG's pure core (ppm_trl/guidance.py) against hand-computed values and the paper's equations (§3–4, App. B, E.2)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppm_trl.arg import (
+from ppm_trl.guidance import (
     Candidate,
     PrefixSelector,
     accept_candidates,

@@ -11,7 +11,7 @@ import torch
 from datasets import Dataset
 from helpers import TINY_ARGS, capture_outputs, script_generation
 
-from ppm_trl.arg import PrefixSelector
+from ppm_trl.guidance import PrefixSelector
 from ppm_trl.configs import ARGConfig
 from ppm_trl.rewards import accuracy_reward, format_reward
 from ppm_trl.tiny import build_tiny_model_and_tokenizer

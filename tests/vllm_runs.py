@@ -218,18 +218,23 @@ def _spy(trainer, record):
         trainer._continue_and_verify = flagged
         accept_and_replace = trainer._accept_and_replace
 
-        def recorded(groups, prompts, prompt_ids, completion_ids, completions, logprobs):
-            before = [list(ids) for ids in completion_ids]
-            accept_and_replace(groups, prompts, prompt_ids, completion_ids, completions, logprobs)
-            for row, ids in enumerate(completion_ids):
+        def recorded(groups, references, plans, continuations, rollout):
+            before = [list(ids) for ids in rollout.completion_ids]
+            outcomes = accept_and_replace(groups, references, plans, continuations, rollout)  # one per group
+            for row, ids in enumerate(rollout.completion_ids):
                 if list(ids) != before[row]:
-                    group = next(g for g in groups if g.first_row <= row < g.first_row + trainer.num_generations)
-                    accepted = [i for i in group.accepted if list(group.candidates[i]) == list(ids)]
+                    index = next(i for i, g in enumerate(groups)
+                                 if g.first_row <= row < g.first_row + trainer.num_generations)
+                    # continuations[index][i] = (VerifiedContinuation, (completion ids, text, sampling log-probs))
+                    accepted = [continuations[index][i][0] for i in outcomes[index].accepted
+                                if list(continuations[index][i][1][0]) == list(ids)]
                     record["inserted"].append({
-                        "row": row, "ids": list(ids), "logprobs": None if logprobs is None else logprobs[row],
-                        "prefix_len": group.prefix_lens[accepted[0]] if accepted else None,
+                        "row": row, "ids": list(ids),
+                        "logprobs": None if rollout.logprobs is None else rollout.logprobs[row],
+                        "prefix_len": accepted[0].prefix.prefix_len if accepted else None,
                         "fallback": not accepted,
                     })
+            return outcomes
 
         trainer._accept_and_replace = recorded
 
