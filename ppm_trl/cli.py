@@ -500,9 +500,7 @@ def reward_names(script_args) -> list[str]:
 
 
 def build_reward_funcs(script_args, training_args):
-    names = reward_names(script_args)
-    if names[1:] == ["format"] and not script_args.reward_funcs and training_args.reward_weights is None:
-        training_args.reward_weights = [1.0, getattr(training_args, "format_reward_weight", 1.0)]
+    names = reward_names(script_args)  # ARG weighs `format` by its format_reward_weight itself
     return [get_reward(n).load() for n in names]
 
 

@@ -411,3 +411,18 @@ def test_copies_of_the_reference_are_counted_apart_from_successes(tmp_path):
     assert metrics["arg/success_rate/alpha_0.5"] == 0.5
     assert metrics["arg/groups_with_accepted"] == 1 and metrics["arg/fallback_groups"] == 1
     assert metrics["arg/rescue_rate"] == 0.5  # App. G.2: reference fallback is not a rescue
+
+
+def test_format_reward_weight_reaches_a_python_user(tmp_path):
+    """ARGConfig.format_reward_weight weighs `format_reward` when reward_weights is not set (the paper's
+    accuracy + 0.2·format, App. E.3); explicit reward_weights win; other reward lists are untouched."""
+    weighted = _trainer(tmp_path / "a", reward_weights=None, format_reward_weight=0.5)
+    assert weighted.outcome_reward_weights.tolist() == [1.0, 0.5]
+    default = _trainer(tmp_path / "b", reward_weights=None)
+    assert default.outcome_reward_weights.tolist() == pytest.approx([1.0, 0.2])
+    explicit = _trainer(tmp_path / "c", reward_weights=[1.0, 0.7], format_reward_weight=0.5)
+    assert explicit.outcome_reward_weights.tolist() == pytest.approx([1.0, 0.7])
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    alone = ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=[accuracy_reward],
+                       args=_config(tmp_path / "d", reward_weights=None), train_dataset=_dataset())
+    assert alone.outcome_reward_weights.tolist() == [1.0]

@@ -14,7 +14,6 @@ called the same number of times on every rank, with dummy rows where a rank has 
 from __future__ import annotations
 
 import logging
-import textwrap
 
 import torch
 from accelerate.utils import gather_object
@@ -22,6 +21,7 @@ from accelerate.utils import gather_object
 from .. import guidance
 from ..configs import ARGConfig
 from .base import MethodTrainer, Rollout
+from ..rewards import format_reward
 from .common import check_reward_columns, completion_text, resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -45,22 +45,6 @@ class ARGTrainer(MethodTrainer):
     stabiliser is 1e-4 where the paper uses 1e-6 (eq. 28).
     """
 
-    _tag_names = ["trl", "grpo", "arg", "ppm-trl"]
-    _name = "ARG"
-    _paper = {
-        "title": "Balancing Reference Guidance and Free Generation in Trajectory Rollouts for Reasoning RL",
-        "id": "2610.11128",
-        "citation": textwrap.dedent(
-            """\
-            @article{wang2026balancing,
-                title        = {{Balancing Reference Guidance and Free Generation in Trajectory Rollouts for Reasoning RL}},
-                author       = {Hanyu Wang and Nakul Agarwal and Hossein Nourkhiz Mahjoub and Ehsan Moradi Pari and Makoto Fukushima and Jinghui Chen and Vaishnav Tadiparthi},
-                year         = 2026,
-                eprint       = {arXiv:2610.11128}
-            }"""
-        ),
-    }
-
     def __init__(self, model, reward_funcs, args: ARGConfig | None = None, train_dataset=None, **kwargs):
         if args is None:
             raise ValueError("ARGTrainer needs an ARGConfig (`args=ARGConfig(...)`)")
@@ -75,6 +59,9 @@ class ARGTrainer(MethodTrainer):
             )
         if not reward_funcs:
             raise ValueError("ARGTrainer needs reward functions; the first one is the verifier (correct = reward > 0)")
+        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        if args.reward_weights is None and format_reward in funcs:  # the paper's reward: accuracy + 0.2·format
+            args.reward_weights = [args.format_reward_weight if f is format_reward else 1.0 for f in funcs]
         for name in ("rollout_func", "environment_factory", "tools"):
             if kwargs.get(name):
                 raise ValueError(f"ARGTrainer supports single-turn text generation only; `{name}` is not supported")
@@ -183,7 +170,7 @@ class ARGTrainer(MethodTrainer):
         texts = self.decode_completions(prompts, [prompt_ids[row] for row in sources], candidates)
         rewards = self.outcome_rewards([rollout.rows[row] for row in sources], prompts, texts, candidates)  # gathered
         verdict = rewards[self.accelerator.process_index * num_rows :, 0].cpu()
-        stop_ids = {*self.eos_token_ids, self.tokenizer.pad_token_id}
+        stop_ids = {*self.eos_ids, self.tokenizer.pad_token_id}
         for row, (index, prefix, prefix_ids) in enumerate(owners):
             ids = candidates[row]
             logprobs = (None if sampled_logprobs is None
@@ -192,7 +179,7 @@ class ARGTrainer(MethodTrainer):
                 prefix, correct=bool(verdict[row] > 0),
                 copies_reference=completion_text(texts[row]).strip() == references[index].strip(),
                 # A truncated candidate would be masked out of the loss: it cannot fill a slot then.
-                trainable=(bool(ids) and ids[-1] in stop_ids) or not self.mask_truncated_completions,
+                trainable=(bool(ids) and ids[-1] in stop_ids) or not self.masks_truncated_completions,
             ), (ids, texts[row], logprobs)))
         return results
 
@@ -237,7 +224,7 @@ class ARGTrainer(MethodTrainer):
 
     def _eos_token_id(self) -> int:
         eos = self.tokenizer.eos_token_id
-        return eos if eos in self.eos_token_ids else self.eos_token_ids[0]
+        return eos if eos in self.eos_ids else self.eos_ids[0]
 
     def _replacement_generator(self) -> torch.Generator:
         """Per-rank generator for the uniform replacement positions, reproducible across resumes (no saved state)."""
