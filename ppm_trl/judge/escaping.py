@@ -475,16 +475,6 @@ def escape_dataset_text(text: str, rules: str = "ppm") -> str:
     return neutralize(text, _DATASET_RULES + line_rules[rules])
 
 
-def neutralize_tags(text: str, names: Iterable[str]) -> str:
-    """`<name ...>`, `</name>` and their look-alike spellings become `(name ...)` / `(/name)`."""
-    return neutralize(text, [tag_rule(names)])
-
-
-def neutralize_sections(text: str) -> str:
-    """'Section 2 – Grades' → '§ 2 – Grades': no section header of the PPM answer format survives."""
-    return neutralize(text, [_sections])
-
-
 def escape_rollout(text: str) -> str:
     """Untrusted rollout text for the PPM grading (and standard rubric) prompt."""
     return neutralize(text, _ROLLOUT_RULES)
