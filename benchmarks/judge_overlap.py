@@ -15,7 +15,7 @@ shapes every step), so the steps differ only by the mode and the latency.
 Timers inside the step, per step: the judge (the scorer call, on whichever thread it ran), the log-prob passes (every
 no-grad forward of the policy and the reference model; generation is scripted, so these are TRL's log-prob passes
 only), and the hook where the overlapped step collects the grades, i.e. waits for what was not hidden (`collect_s`:
-PPM's `on_scores`, PAPO's `compute_advantages`). Hidden judge time = judge − the overlapped step's collect time; the
+`compute_advantages`, which also does the method's advantage math, milliseconds). Hidden judge time = judge − the overlapped step's collect time; the
 fraction hidden is that over min(judge, log-prob). The step-time saving (sequential − overlapped) over the same
 minimum is reported as well.
 
@@ -87,7 +87,7 @@ def completion_texts(step: int, rows: int, budget: int, method: str = "ppm") -> 
 
 
 class StepClock:
-    """Per-step timers: whole step (a callback), the judge, the no-grad log-prob forwards and `on_scores`."""
+    """Per-step timers: whole step (a callback), the judge, the no-grad log-prob forwards and `compute_advantages`."""
 
     def __init__(self):
         self.steps, self.current = [], defaultdict(float)
@@ -184,12 +184,9 @@ def build_trainer(settings, api_base, workdir, connection, plan):
     clock = StepClock()
     clock.watch_forwards(trainer.model)
     clock.watch_forwards(trainer.ref_model)
-    if settings["method"] == "papo":  # PAPO collects the early grades where the advantages need them
-        trainer.process_scorer = TimedScorer(trainer.process_scorer, clock)
-        trainer.compute_advantages = clock.timed(trainer.compute_advantages, "collect_s")
-    else:
-        trainer.progress_scorer = TimedScorer(trainer.progress_scorer, clock)
-        trainer.on_scores = clock.timed(trainer.on_scores, "collect_s")
+    scorer_attr = "process_scorer" if settings["method"] == "papo" else "progress_scorer"
+    setattr(trainer, scorer_attr, TimedScorer(getattr(trainer, scorer_attr), clock))
+    trainer.compute_advantages = clock.timed(trainer.compute_advantages, "collect_s")  # collects the early grades
 
     class Schedule(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):

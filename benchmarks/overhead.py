@@ -199,7 +199,8 @@ def main():
     replay = ReplayedBatch(dataset)
     # `_score_progress` decodes the K prefixes and calls the scorer; the scorer's own time is subtracted below.
     ppm_pieces = ["_prefix_lengths", "_score_progress", "_segment_advantages", "_segment_ids", "_log_ppm"]
-    papo_pieces = ["_score", "compute_advantages"]  # `_score` calls the scorer (its own time subtracted below)
+    # With overlap off, `compute_advantages` also calls `_score` (the scorer; its own time subtracted below).
+    papo_pieces = ["compute_advantages"]
 
     def grpo():
         return {"grpo": run(GRPOTrainer, GRPOConfig, args.steps, dataset, replay=replay)}

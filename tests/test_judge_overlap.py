@@ -565,7 +565,7 @@ def test_papo_arg_rewards_and_judges_the_final_rows_early(tmp_path):
 
 def test_papo_with_a_rollout_funcs_extra_fields_rewards_at_trls_pass(tmp_path):
     """A `rollout_func`'s extra fields join the rows only just before TRL's rewards: no early rewards then (PAPO
-    scores in `on_scores`, as with the switch off), and asking for them is one clear error naming the fields."""
+    scores in `compute_advantages`, as with the switch off), and asking for them is one clear error naming the fields."""
     dataset = make_dataset("multi_countdown", 2, 4, seed=0)
     model, tokenizer = build_tiny_model_and_tokenizer()
     scorer, reward = RecordingScorer(lambda rows, texts: [1.0] * len(texts)), CountingOutcome()

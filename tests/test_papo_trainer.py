@@ -173,12 +173,13 @@ def test_early_rewards_check_fires_when_the_ids_change_after_they_were_rewarded(
     submit = trainer.on_final_rollout
 
     def on_final_rollout(rollout):
-        submit(rollout)
+        pending = submit(rollout)
         ids = rollout.completion_ids
         if change == "row replaced":
             ids[0] = ids[0][:-1]
         else:
             ids[1].append(ids[1][-1])
+        return pending
 
     trainer.on_final_rollout = on_final_rollout
     with pytest.raises(RuntimeError, match="the completions rewarded early are not the ones TRL rewards"):

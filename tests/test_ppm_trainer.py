@@ -230,13 +230,16 @@ def test_batch_scale_rewards_reaches_the_estimator(tmp_path):
     trainer.progress_scorer = lambda rows, texts: progress[: len(rows)]
     script_generation(trainer, lambda prompt, index: "v" * 70)  # every segment valid
     outputs = capture_outputs(trainer)
+    outcomes = []  # the gathered weighted outcome each step's advantage hook received
+    hook = trainer.compute_advantages
+    trainer.compute_advantages = lambda batch: outcomes.append(batch.outcome.cpu()) or hook(batch)
     trainer.train()
     from ppm_trl.advantages import ppm_segment_advantages
 
-    expected = ppm_segment_advantages(progress, trainer._ppm_outcome.cpu(), G, scale="batch")
+    expected = ppm_segment_advantages(progress, outcomes[0], G, scale="batch")
     tokens = outputs[0]["advantages"][:, :16]  # segment 1 = tokens 0..15 of the 64-token budget
     assert torch.allclose(tokens, expected[:, :1].expand(-1, 16), atol=1e-6)
-    assert not torch.allclose(expected, ppm_segment_advantages(progress, trainer._ppm_outcome.cpu(), G, scale="group"))
+    assert not torch.allclose(expected, ppm_segment_advantages(progress, outcomes[0], G, scale="group"))
 
 
 def test_line_segments_follow_the_lines_of_each_completion(tmp_path):
@@ -304,7 +307,7 @@ def test_early_scoring_check_fires_when_the_ids_change_after_submit(tmp_path, ch
     submit = trainer.on_final_rollout
 
     def on_final_rollout(rollout):
-        submit(rollout)  # scoring starts on these ids
+        pending = submit(rollout)  # scoring starts on these ids
         ids = rollout.completion_ids
         if change == "row replaced":
             ids[0] = ids[0][:-1]
@@ -312,6 +315,7 @@ def test_early_scoring_check_fires_when_the_ids_change_after_submit(tmp_path, ch
             ids[1].append(ids[1][-1])
         else:
             ids[0], ids[1] = ids[1], ids[0]
+        return pending
 
     trainer.on_final_rollout = on_final_rollout
     with pytest.raises(RuntimeError, match="the completions scored early are not the ones TRL rewards"):

@@ -22,7 +22,7 @@ from .. import guidance
 from ..configs import ARGConfig
 from .base import MethodTrainer, Rollout
 from ..rewards import format_reward
-from .common import check_reward_columns, completion_text, resolve_model_path
+from .common import completion_text
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +74,6 @@ class ARGTrainer(MethodTrainer):
         )
         self._reference_tokens = {}  # reference text → (token ids, character offsets)
         self._replacement_calls = (None, 0)  # (global step, generations in it): seeds the replacement positions
-        check_reward_columns(train_dataset, reward_funcs, "ARG")
-        model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if self.is_multimodal:
             raise ValueError("ARGTrainer supports text-only models; got a multimodal processor")

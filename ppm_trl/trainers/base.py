@@ -4,15 +4,18 @@ It overrides each TRL hook once and gives the method trainers public, documented
 
 - `on_rollout(rollout) -> Rollout` — after TRL generated (and decoded) the rows, before anything is scored: the rows
   may be replaced (ARG). The base then recomputes TRL's completion statistics so that they describe the FINAL rows.
-- `on_final_rollout(rollout)` — training only, after every `on_rollout` of the MRO: the rows are final and TRL's
-  log-prob passes come next. Start slow scoring here (`run_in_background`) and collect it in `on_scores` (PPM), or
-  in `compute_advantages` after deciding what to score from `compute_rewards_early` (PAPO).
-- `on_scores(rows, completions, completion_ids, rewards_per_func)` — after TRL's rewards, training only (PPM's
-  progress, PAPO's process scores); `rewards_per_func` is gathered (B_global, F), the other arguments local.
-- `compute_advantages(completion_mask, tool_mask) -> Advantages | None` — after TRL computed its own; the method's
-  (B,) or per-segment (B, K) values on the gathered batch. The base slices them to this process, expands segments
-  to tokens, removes dropped rows from the loss (recounting `num_items_in_batch`) and replaces TRL's logged
-  advantages.
+- `on_final_rollout(rollout) -> pending` — training only, after every `on_rollout` of the MRO: the rows are final
+  and TRL's log-prob passes come next. Start slow scoring here (`run_in_background`) and RETURN what the advantage
+  hook needs to collect it (PPM: the prefix lengths and the Future; PAPO: the early outcome, the judged rows and the
+  Future); the base keeps it for this batch only and hands it over as `ScoredBatch.pending`.
+- `compute_advantages(batch: ScoredBatch) -> Advantages | None` — after TRL computed its own advantages; `batch`
+  holds everything the step knows by then, built once by the base: this process's rows, completions and completion
+  ids, the gathered rewards and weighted outcome, this process's masks, its slice of the gathered batch (`local`)
+  and the pending work. The method's (B,) or per-segment (B, K) values on the gathered batch: the base slices them
+  to this process, expands segments to tokens, removes dropped rows from the loss (recounting
+  `num_items_in_batch`) and replaces TRL's logged advantages. Hooks keep nothing on `self` between them (a
+  subclass that still defines the removed `on_scores` hook, or the old `compute_advantages(completion_mask,
+  tool_mask)`, is refused at construction).
 - `extra_checkpoint_state()` / `load_extra_checkpoint_state(states)` — JSON files saved with every checkpoint.
 
 Checkpoints and preemption (`train`): a checkpoint folder counts only when complete — its last file is a
@@ -26,7 +29,7 @@ And public helpers: `sample_completion_ids` (the generation backend; tests scrip
 ids with a max_tokens per row through the trainer's own backend: HF, vLLM colocate or server), `outcome_rewards`
 (the reward functions alone), `compute_rewards_early` (the final rows' rewards before the log-prob passes, reused
 by TRL's reward pass), `sequence_logprobs` (a no-grad forward), `log_metric`, `tokenizer`, `is_multimodal`,
-`decode_completions`, `current_rollout`, `run_in_background`; and TRL's state a method reads, by name:
+`decode_completions`, `current_rollout`, `local_rows`, `run_in_background`; and TRL's state a method reads, by name:
 `outcome_reward_weights`, `eos_ids`, `masks_truncated_completions`. `save_model` also writes the method's model card
 (from the class attributes `_name`, `_paper`, `_tag_names`, TRL's documented model-card attributes).
 
@@ -38,7 +41,7 @@ The order inside TRL 1.16's `GRPOTrainer._generate_and_score_completions`, which
 1. `_generate(prompts)` (→ `on_rollout`, then `on_final_rollout`) and padding into tensors;
 2. under no_grad, the old-policy log-probs (only when `gradient_accumulation_steps % (steps_per_generation ×
    num_iterations) != 0`, or vLLM importance sampling) and the reference model's (only when `beta != 0`);
-3. `_calculate_rewards` (→ `on_scores`), then TRL's advantages (→ `compute_advantages`).
+3. `_calculate_rewards`, then TRL's advantages (→ `compute_advantages`).
 Work started in step 1 therefore runs during step 2 and is collected in step 3.
 
 Supported TRL: `TRL_SUPPORTED` (checked at import; `tests/test_trl_seam.py` checks every private signature used).
@@ -46,6 +49,7 @@ Supported TRL: `TRL_SUPPORTED` (checked at import; `tests/test_trl_seam.py` chec
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -81,6 +85,7 @@ from trl.models.utils import disable_gradient_checkpointing  # noqa: E402
 from trl.trainer.utils import get_config_model_id, pad  # noqa: E402
 
 from ..segments import expand_segment_values  # noqa: E402
+from .common import check_reward_columns, resolve_model_path, weighted_outcome  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +258,22 @@ class Rollout:
     tool_images: Any
 
 
+@dataclass(frozen=True)
+class ScoredBatch:
+    """One generation batch of this process after TRL's rewards: what `compute_advantages` receives (training only).
+    Rows, completions, ids and masks are this process's (B_local); rewards and outcome are gathered (B_global)."""
+
+    rows: list[dict]  # the dataset rows TRL rewarded (with a rollout_func's extra fields)
+    completions: list  # decoded (text or assistant messages)
+    completion_ids: list[list[int]]
+    rewards_per_func: torch.Tensor  # (B_global, F), NaN where a reward function returned None
+    outcome: torch.Tensor  # (B_global,) Σ_f w_f·r_f (`weighted_outcome`), NaN where every function returned None
+    completion_mask: torch.Tensor  # (B_local, T)
+    tool_mask: torch.Tensor | None  # (B_local, T) 1 = model token; None without tools
+    local: slice  # this process's rows within the gathered batch (`MethodTrainer.local_rows`)
+    pending: Any = None  # what `on_final_rollout` returned for this batch (None: nothing started early)
+
+
 @dataclass
 class Advantages:
     """A method's advantages on the gathered batch (B_global rows)."""
@@ -296,31 +317,45 @@ def plan_generation_calls(budgets: list[int], rooms: list[int | None]) -> list[t
 class MethodTrainer(GRPOTrainer):
     """GRPOTrainer with public hooks for a method's rollouts, scores, advantages and checkpoint state."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, model, reward_funcs, args=None, train_dataset=None, **kwargs):
         # TRL reads `_name`, `_paper` and `_tag_names` for the model card (and the tags in __init__): the method's
         # registry record says them (`ppm_trl.methods.Method.model_card`), unless a subclass of the registered
         # trainer sets its own.
+        from ..methods import method_of_trainer
         from .common import registered_model_card
 
+        if any("on_scores" in vars(k) for k in type(self).__mro__):
+            raise TypeError(f"{type(self).__name__}.on_scores: this hook is gone; read what it received from the "
+                            "ScoredBatch that `compute_advantages(batch)` gets (rows, completions, gathered rewards "
+                            "and outcome, masks, this process's slice, the pending work of `on_final_rollout`)")
+        try:
+            inspect.signature(self.compute_advantages).bind(None)
+        except TypeError:
+            raise TypeError(f"{type(self).__name__}.compute_advantages must take one argument, the ScoredBatch "
+                            "(`compute_advantages(self, batch)`); the masks are `batch.completion_mask` and "
+                            "`batch.tool_mask`") from None
         for attribute, value in registered_model_card(type(self)).items():
             setattr(self, attribute, value)
-        super().__init__(*args, **kwargs)
+        # Once per trainer, however many method classes its MRO composes.
+        method = method_of_trainer(type(self))
+        check_reward_columns(train_dataset, reward_funcs, method.name.upper() if method else type(self).__name__)
+        if args is not None:
+            model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
+        super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
 
     # ------------------------------------------------------------------------------------------ public hooks
     def on_rollout(self, rollout: Rollout) -> Rollout:
         """Called after every generation (training and eval); return the rollout, rows replaced or not."""
         return rollout
 
-    def on_final_rollout(self, rollout: Rollout) -> None:
+    def on_final_rollout(self, rollout: Rollout) -> Any:
         """Called in training after every `on_rollout`, before TRL's log-prob passes: the rows are final. Work that
-        only needs the completions (the judge) can start here with `run_in_background`, to be collected in
-        `on_scores`; evaluation never calls it."""
+        only needs the completions (the judge) can start here with `run_in_background`; return what collects it,
+        which `compute_advantages` receives as `batch.pending`. Evaluation never calls it."""
+        return None
 
-    def on_scores(self, rows, completions, completion_ids, rewards_per_func: torch.Tensor) -> None:
-        """Called in training after TRL's reward functions; `rewards_per_func` is gathered (B_global, F)."""
-
-    def compute_advantages(self, completion_mask: torch.Tensor, tool_mask: torch.Tensor | None) -> Advantages | None:
-        """Called after TRL computed its advantages; None keeps TRL's. Masks are this process's (B_local, T)."""
+    def compute_advantages(self, batch: ScoredBatch) -> Advantages | None:
+        """Called in training after TRL computed its advantages; None keeps TRL's."""
         return None
 
     def extra_checkpoint_state(self) -> dict[str, Any]:
@@ -356,6 +391,11 @@ class MethodTrainer(GRPOTrainer):
         """Whether completions not ended by an EOS (or pad) id are removed from the loss (TRL's
         `mask_truncated_completions`)."""
         return bool(self.mask_truncated_completions)
+
+    def local_rows(self, num_local_rows: int) -> slice:
+        """This process's rows within the gathered batch (every process holds `num_local_rows`, in rank order)."""
+        start = self.accelerator.process_index * num_local_rows
+        return slice(start, start + num_local_rows)
 
     @property
     def current_rollout(self) -> Rollout | None:
@@ -502,6 +542,8 @@ class MethodTrainer(GRPOTrainer):
     _background_executor = None
     _background_futures: list[Future] | None = None  # the jobs of the generation batch being scored
     _early_rewards = None  # (completion ids, gathered rewards) from `compute_rewards_early`, for TRL's reward pass
+    _rewarded = None  # (rows, completions, completion ids, gathered rewards) of TRL's reward pass, for the ScoredBatch
+    _pending = None  # what `on_final_rollout` returned for the batch being scored
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         return self.sample_completion_ids(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
@@ -519,7 +561,7 @@ class MethodTrainer(GRPOTrainer):
             self._relog_completion_statistics(rollout)
         self._current_rollout = rollout
         if self.model.training:  # evaluation scores nothing: no early judge requests either
-            self.on_final_rollout(rollout)
+            self._pending = self.on_final_rollout(rollout)
         return tuple(getattr(rollout, name) for name in names)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -531,7 +573,7 @@ class MethodTrainer(GRPOTrainer):
         else:
             rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if self.model.training:
-            self.on_scores(inputs, completions, completion_ids_list, rewards_per_func)
+            self._rewarded = (inputs, completions, completion_ids_list, rewards_per_func)
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
@@ -539,12 +581,13 @@ class MethodTrainer(GRPOTrainer):
         try:
             output = super()._generate_and_score_completions(inputs)
             if self.model.training:
-                advantages = self.compute_advantages(output["completion_mask"], output.get("tool_mask"))
+                batch = self._scored_batch(output)
+                advantages = self.compute_advantages(batch)
                 if advantages is not None:
-                    self._apply_advantages(output, advantages)
+                    self._apply_advantages(output, advantages, batch.local)
             return output
         finally:
-            self._current_rows = self._current_rollout = self._early_rewards = None
+            self._current_rows = self._current_rollout = self._early_rewards = self._rewarded = self._pending = None
             # A job the batch did not collect (its step raised): drop it, and let none run into the next batch.
             for future in self._background_futures or ():
                 future.cancel()
@@ -680,9 +723,16 @@ class MethodTrainer(GRPOTrainer):
             card.save(path)
 
     # ---------------------------------------------------------------------------------------------- the work
-    def _apply_advantages(self, output: dict, advantages: Advantages) -> None:
-        start = self.accelerator.process_index * output["completion_ids"].shape[0]
-        local = slice(start, start + output["completion_ids"].shape[0])
+    def _scored_batch(self, output: dict) -> ScoredBatch:
+        rows, completions, completion_ids, rewards_per_func = self._rewarded
+        return ScoredBatch(
+            rows=rows, completions=completions, completion_ids=completion_ids, rewards_per_func=rewards_per_func,
+            outcome=weighted_outcome(rewards_per_func, self.outcome_reward_weights),
+            completion_mask=output["completion_mask"], tool_mask=output.get("tool_mask"),
+            local=self.local_rows(output["completion_ids"].shape[0]), pending=self._pending,
+        )
+
+    def _apply_advantages(self, output: dict, advantages: Advantages, local: slice) -> None:
         values = advantages.values[local]
         if advantages.segment_ids is not None:
             values = expand_segment_values(values.to(advantages.segment_ids.device), advantages.segment_ids)

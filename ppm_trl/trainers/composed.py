@@ -5,11 +5,12 @@ Composition is Python's method resolution order over the single-method trainers,
     PPMARGTrainer → ARGTrainer → PPMGRPOTrainer → MethodTrainer (base.py) → GRPOTrainer
 
 `on_rollout` is ARG's (all-failure groups get accepted continuations or the reference, verified by the reward
-functions alone, `MethodTrainer.outcome_rewards`), then TRL scores the FINAL rows: `on_scores` is PPM's (segment
-progress of every row, inserted ones judged like any rollout) or PAPO's (process scores of the correct rows), and
-`compute_advantages` replaces TRL's advantages with PPM's (B, T) or PAPO's (B,) ones. ARG's own
-advantage (accuracy + 0.2·format, std-normalised) is thereby replaced by the crediting method's; its selector
-feedback is unchanged. The dataset needs both methods' columns (`reference`; `reasoning_points` for PPM), and the
+functions alone, `MethodTrainer.outcome_rewards`), then TRL scores the FINAL rows: `on_final_rollout` and
+`compute_advantages` are PPM's (segment progress of every row, inserted ones judged like any rollout; (B, T)
+advantages) or PAPO's (process scores of the correct rows; (B,) advantages). ARG's own advantage (accuracy +
+0.2·format, std-normalised) is thereby replaced by the crediting method's; its selector feedback is unchanged.
+The reward functions' columns are checked, and the model path resolved, once (in `MethodTrainer.__init__`).
+The dataset needs both methods' columns (`reference`; `reasoning_points` for PPM), and the
 model card cites both papers: the registry (`ppm_trl.methods`, `parts=("ppm", "arg")`) says so.
 """
 

@@ -1,18 +1,18 @@
 """PAPOTrainer: GRPO with decoupled outcome and correct-subset process advantages (PAPO paper §4, §6, A.3).
 
-Three hooks of the base trainer (`base.py`, the seam with TRL):
+Two hooks of the base trainer (`base.py`, the seam with TRL), keeping nothing on `self` between them:
 1. `on_final_rollout` (the rows are final; TRL's log-prob passes come next) computes the outcome rewards right
    away (`compute_rewards_early`: TRL's reward pass then reuses them, so the reward functions still run once) and
    starts the process scorer (rubric judge or programmatic) on this process's CORRECT responses only — incorrect
    responses cost zero judge calls — on the base's background worker (`overlap_scoring`, on by default), so that
-   the judge's latency runs under those passes;
-2. `on_scores` (after TRL's outcome rewards) takes the binary outcome of the gathered batch — and, with
-   `overlap_scoring` off (or a `rollout_func`'s extra fields, which join the rows only at TRL's reward pass), scores
-   the correct responses right there;
-3. `compute_advantages` collects the process scores (NaN = not judged or unscorable), gathers them to (B,), and
-   returns `papo_advantages` computed per group on the gathered batch (the base slices them to this process). The
-   advantages stay 1-D, so every TRL `loss_type` and sequence-level importance sampling (GSPO) work unchanged.
-Either way the same responses go to the same scorer once, and its errors (and the score checks) are raised in 3.
+   the judge's latency runs under those passes; it returns (outcome, judged rows, Future);
+2. `compute_advantages(batch)` (after TRL's rewards and advantages) takes the binary outcome of the gathered batch,
+   collects the process scores from `batch.pending` — or, with `overlap_scoring` off (or a `rollout_func`'s extra
+   fields, which join the rows only at TRL's reward pass), scores the correct responses right there — checks them
+   (NaN = not judged or unscorable), gathers them to (B,), and returns `papo_advantages` computed per group on the
+   gathered batch (the base slices them to this process). The advantages stay 1-D, so every TRL `loss_type` and
+   sequence-level importance sampling (GSPO) work unchanged.
+Either way the same responses go to the same scorer once, and its errors (and the score checks) are raised in 2.
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ from ..scorers import build_process_scorer
 from .base import Advantages, MethodTrainer
 from .common import (
     check_method_columns,
-    check_reward_columns,
     completion_text,
     install_judge_stats,
-    resolve_model_path,
     weighted_outcome,
 )
 
@@ -52,44 +50,36 @@ class PAPOTrainer(MethodTrainer):
             raise TypeError(f"PAPOTrainer needs a PAPOConfig, got {type(args).__name__}")
         check_method_columns(train_dataset, "papo", args, custom_scorer=process_scorer is not None)
         self.process_scorer = process_scorer if process_scorer is not None else build_process_scorer(args)
-        self._papo_process = None
-        self._papo_pending = None  # (outcome, judged local rows, their scores or the Future of the early scoring)
-        self._papo_stats_seen = {}
-        check_reward_columns(train_dataset, reward_funcs, "PAPO")
-        model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
+        self._papo_stats_seen = {}  # scorer counters at the last log, to log per-step deltas (across steps)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         install_judge_stats(self, self.process_scorer)
 
     def on_final_rollout(self, rollout):
         super().on_final_rollout(rollout)
-        self._papo_pending = None
         if not self.args.overlap_scoring or rollout.extra_fields:
-            return
-        outcome = self._binary_outcome(self.compute_rewards_early(rollout))
-        judged = self._local_correct(outcome, len(rollout.rows))
+            return None
+        early = self.compute_rewards_early(rollout)
+        outcome = self._binary_outcome(weighted_outcome(early, self.outcome_reward_weights))
+        judged = self._local_correct(outcome, self.local_rows(len(rollout.rows)))
         scores = self.run_in_background(self._score, rollout.rows, rollout.completions, judged) if judged else []
-        self._papo_pending = (outcome, judged, scores)  # collected in compute_advantages
+        return outcome, judged, scores  # collected in compute_advantages
 
-    def on_scores(self, rows, completions, completion_ids, rewards_per_func):
-        super().on_scores(rows, completions, completion_ids, rewards_per_func)
-        self._papo_outcome = self._binary_outcome(rewards_per_func)
-        if self._papo_pending is not None:
-            early_outcome = self._papo_pending[0]
-            if not torch.equal(early_outcome.nan_to_num(-1.0), self._papo_outcome.nan_to_num(-1.0)):
-                raise RuntimeError("PAPO: the outcome rewarded early differs from TRL's (a bug)")
-            return
-        judged = self._local_correct(self._papo_outcome, len(rows))
-        scores = self._score(rows, completions, judged) if judged else []
-        self._papo_pending = (self._papo_outcome, judged, scores)
-
-    def compute_advantages(self, completion_mask, tool_mask):
+    def compute_advantages(self, batch):
         """A = A_out + λ·A_proc per group on the gathered batch; PAPO metrics."""
-        self._papo_process = self._collect_process_scores(completion_mask.shape[0])
+        outcome = self._binary_outcome(batch.outcome)
+        if batch.pending is not None:
+            early_outcome, judged, scores = batch.pending
+            if not torch.equal(early_outcome.nan_to_num(-1.0), outcome.nan_to_num(-1.0)):
+                raise RuntimeError("PAPO: the outcome rewarded early differs from TRL's (a bug)")
+        else:
+            judged = self._local_correct(outcome, batch.local)
+            scores = self._score(batch.rows, batch.completions, judged) if judged else []
+        process = self._collect_process_scores(judged, scores, len(batch.rows))
         args = self.args
         kwargs = dict(lam=args.process_weight, process_norm=args.process_norm, combine=args.combine,
                       eps=args.papo_epsilon)
-        advantages = papo_advantages(self._papo_outcome, self._papo_process, self.num_generations, **kwargs)
-        stats = papo_group_stats(self._papo_outcome, self._papo_process, self.num_generations, **kwargs)
+        advantages = papo_advantages(outcome, process, self.num_generations, **kwargs)
+        stats = papo_group_stats(outcome, process, self.num_generations, **kwargs)
         for name, value in stats.to_dict().items():
             self.log_metric(name, value)
         counters = dict(getattr(self.process_scorer, "stats", {}))
@@ -101,25 +91,24 @@ class PAPOTrainer(MethodTrainer):
         return Advantages(advantages)
 
     # ---------------------------------------------------------------------------------------------- pieces
-    def _binary_outcome(self, rewards_per_func) -> torch.Tensor:
-        """(B_global,) r_out ∈ {0, 1} of the gathered batch; NaN where every reward function returned None."""
-        outcome = weighted_outcome(rewards_per_func, self.outcome_reward_weights)
+    def _binary_outcome(self, outcome) -> torch.Tensor:
+        """(B_global,) r_out ∈ {0, 1} of the gathered weighted outcome; NaN where every reward function returned
+        None."""
         correct = (outcome >= self.args.correct_threshold).to(outcome.dtype)
         return torch.where(torch.isnan(outcome), outcome, correct)
 
-    def _local_correct(self, outcome, num_local_rows: int) -> list[int]:
+    @staticmethod
+    def _local_correct(outcome, local: slice) -> list[int]:
         """Indices of this process's correct rows (each process judges its own slice of the gathered batch)."""
-        start = self.accelerator.process_index * num_local_rows
-        return [i for i, ok in enumerate((outcome[start : start + num_local_rows] == 1).tolist()) if ok]
+        return [i for i, ok in enumerate((outcome[local] == 1).tolist()) if ok]
 
     def _score(self, rows, completions, judged) -> list:
         """The process scorer on the judged rows; runs on the background worker with `overlap_scoring`."""
         return self.process_scorer([rows[i] for i in judged], [completion_text(completions[i]) for i in judged])
 
-    def _collect_process_scores(self, num_local_rows: int) -> torch.Tensor:
+    def _collect_process_scores(self, judged: list[int], scores, num_local_rows: int) -> torch.Tensor:
         """(B_global,) process scores: this process's (waiting for the worker if they were started early),
         checked, NaN for rows not judged or unscorable, gathered."""
-        (_, judged, scores), self._papo_pending = self._papo_pending, None
         if isinstance(scores, Future):
             scores = scores.result()  # the scorer's own exception, if it raised
         if len(scores) != len(judged):

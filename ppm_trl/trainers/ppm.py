@@ -1,14 +1,15 @@
 """PPMGRPOTrainer: GRPO with Progressive Point Matching segment rewards and per-token advantages.
 
-Three hooks of the base trainer (`base.py`, the seam with TRL):
+Two hooks of the base trainer (`base.py`, the seam with TRL), keeping nothing on `self` between them:
 1. `on_final_rollout` (the rows are final; TRL's log-prob passes come next) starts the progress scoring of the
    batch — decoding each completion's K prefixes and asking the scorer (the judge) for m_1..m_K — on the base's
-   background worker (`overlap_scoring`, on by default), so that the judge's latency runs under those passes;
-2. `on_scores` (after TRL's outcome rewards) collects that (B_local, K) progress — or, with `overlap_scoring`
-   off, scores it right there, as before — and gathers the (B, K) progress of the whole generation batch.
-   Either way the same texts go to the same scorer once, and its errors are raised here;
-3. `compute_advantages` returns `ppm_segment_advantages` per group on the gathered batch with each token's segment:
-   the base slices them to this process and expands them to (B, T) per-token advantages.
+   background worker (`overlap_scoring`, on by default), so that the judge's latency runs under those passes, and
+   returns (scored ids, prefix lengths, Future);
+2. `compute_advantages(batch)` (after TRL's rewards and advantages) collects that (B_local, K) progress from
+   `batch.pending` — or, with `overlap_scoring` off, scores it right there — gathers the (B, K) progress of the
+   whole generation batch, and returns `ppm_segment_advantages` per group on it with each token's segment: the base
+   slices them to this process and expands them to (B, T) per-token advantages. Either way the same texts go to the
+   same scorer once, and its errors are raised here.
 Everything group-based happens before TRL shuffles and splits the batch; TRL's loss consumes (B, T) as is.
 """
 
@@ -29,13 +30,7 @@ from ..segments import (
     turn_segment_ids,
 )
 from .base import Advantages, MethodTrainer
-from .common import (
-    check_method_columns,
-    check_reward_columns,
-    install_judge_stats,
-    resolve_model_path,
-    weighted_outcome,
-)
+from .common import check_method_columns, install_judge_stats
 
 
 class PPMGRPOTrainer(MethodTrainer):
@@ -58,63 +53,54 @@ class PPMGRPOTrainer(MethodTrainer):
         check_method_columns(train_dataset, "ppm", args, custom_scorer=progress_scorer is not None)
         _check_graphs(train_dataset)
         self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
-        self._ppm_progress = None  # gathered (B, K) progress of the current generation batch (set by on_scores)
-        self._ppm_pending = None  # (completion ids, prefix lengths, Future) of the scoring started early
-        self._ppm_prefix_lengths = None  # (B_local, K) of the current batch (delimiter segments are cut from it)
-        self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas
-        check_reward_columns(train_dataset, reward_funcs, "PPM")
-        model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
+        self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas (across steps)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         install_judge_stats(self, self.progress_scorer)
 
     # ------------------------------------------------------------------------------------------ base hooks
     def on_final_rollout(self, rollout):
         super().on_final_rollout(rollout)
-        self._ppm_pending = None
         # A rollout_func's extra fields join the rows only just before TRL's rewards: score those rows then.
         if not self.args.overlap_scoring or rollout.extra_fields:
-            return
-        # A copy taken now: the worker scores exactly these ids, and `on_scores` compares TRL's ids with them (the
-        # rollout's own lists stay live and would always equal whatever TRL is given).
+            return None
+        # A copy taken now: the worker scores exactly these ids, and `compute_advantages` compares TRL's ids with
+        # them (the rollout's own lists stay live and would always equal whatever TRL is given).
         submitted = [list(ids) for ids in rollout.completion_ids]
         prefix_lengths = self._prefix_lengths(submitted, rollout.tool_mask)
         future = self.run_in_background(self._score_progress, rollout.rows, submitted, prefix_lengths)
-        self._ppm_pending = (submitted, prefix_lengths, future)
+        return submitted, prefix_lengths, future
 
-    def on_scores(self, rows, completions, completion_ids, rewards_per_func):
-        super().on_scores(rows, completions, completion_ids, rewards_per_func)
-        pending, self._ppm_pending = self._ppm_pending, None
-        if pending is not None:
-            scored_ids, prefix_lengths, future = pending
-            if scored_ids != [list(ids) for ids in completion_ids]:
-                raise RuntimeError("PPM: the completions scored early are not the ones TRL rewards (a bug)")
-            progress = future.result()  # the scorer's own exception, if it raised
-        else:
-            rollout = self.current_rollout  # turn segmentation needs the tool mask
-            prefix_lengths = self._prefix_lengths(completion_ids, rollout.tool_mask if rollout is not None else None)
-            progress = self._score_progress(rows, completion_ids, prefix_lengths)
-        self._ppm_prefix_lengths = prefix_lengths
+    def compute_advantages(self, batch):
+        args = self.args
+        progress, prefix_lengths = self._collect_progress(batch)  # this process's (B_local, K)
         valid = nonempty_segments(prefix_lengths)
         device = self.accelerator.device
-        self._ppm_progress = self.accelerator.gather(progress.to(device))
-        self._ppm_valid = self.accelerator.gather(valid.to(device))
-        self._ppm_outcome = weighted_outcome(rewards_per_func, self.outcome_reward_weights)
-
-    def compute_advantages(self, completion_mask, tool_mask):
-        args = self.args
-        advantages = self._segment_advantages()  # (B_global, K)
+        progress = self.accelerator.gather(progress.to(device))
+        valid = self.accelerator.gather(valid.to(device))
+        advantages = self._segment_advantages(progress, batch.outcome, valid)  # (B_global, K)
         dropped = None
         if args.filter_zero_advantage_groups:
             dropped = zero_advantage_groups(advantages, self.num_generations).repeat_interleave(self.num_generations)
         self._log_ppm(advantages, dropped if dropped is not None else torch.zeros(
-            advantages.shape[0], dtype=torch.bool, device=advantages.device))
+            advantages.shape[0], dtype=torch.bool, device=advantages.device), progress, valid, batch.outcome)
         # One scalar per row for the completions table (TRL formats advantages as floats).
-        valid = self._ppm_valid
         row_mean = (advantages * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
-        return Advantages(advantages, segment_ids=self._segment_ids(completion_mask, tool_mask), logged=row_mean,
-                          dropped=dropped)
+        segment_ids = self._segment_ids(batch.completion_mask, batch.tool_mask, prefix_lengths)
+        return Advantages(advantages, segment_ids=segment_ids, logged=row_mean, dropped=dropped)
 
     # ---------------------------------------------------------------------------------------------- pieces
+    def _collect_progress(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """This process's (B_local, K) progress and prefix lengths: the early scoring's (waiting for the worker), or
+        scored now (overlap off, or a rollout_func's extra fields)."""
+        if batch.pending is not None:
+            scored_ids, prefix_lengths, future = batch.pending
+            if scored_ids != [list(ids) for ids in batch.completion_ids]:
+                raise RuntimeError("PPM: the completions scored early are not the ones TRL rewards (a bug)")
+            return future.result(), prefix_lengths  # the scorer's own exception, if it raised
+        rollout = self.current_rollout  # turn segmentation needs the tool mask
+        prefix_lengths = self._prefix_lengths(batch.completion_ids, rollout.tool_mask if rollout is not None else None)
+        return self._score_progress(batch.rows, batch.completion_ids, prefix_lengths), prefix_lengths
+
     def _prefix_lengths(self, completion_ids_list, rollout_tool_mask) -> torch.Tensor:
         """(B_local, K) number of tokens of each prefix c_1..c_k."""
         args = self.args
@@ -156,28 +142,29 @@ class PPMGRPOTrainer(MethodTrainer):
             raise ValueError(f"progress scorer returned values outside [0, 1] for row {row}: {progress[row].tolist()}")
         return progress
 
-    def _segment_advantages(self) -> torch.Tensor:
+    def _segment_advantages(self, progress, outcome, valid) -> torch.Tensor:
+        """(B_global, K) from the gathered progress, weighted outcome and non-empty-segment mask."""
         args = self.args
         estimator = ppm_estimator(args.granularity, args.progress_mode)
         return estimator(
-            self._ppm_progress, self._ppm_outcome, self.num_generations, add_outcome=args.add_outcome_reward,
-            scale=args.scale_rewards, valid=self._ppm_valid, outcome_weight=args.outcome_weight,
+            progress, outcome, self.num_generations, add_outcome=args.add_outcome_reward,
+            scale=args.scale_rewards, valid=valid, outcome_weight=args.outcome_weight,
         )
 
-    def _segment_ids(self, completion_mask, tool_mask) -> torch.Tensor:
+    def _segment_ids(self, completion_mask, tool_mask, prefix_lengths) -> torch.Tensor:
         args = self.args
         if args.segmentation == "equal_chunks":
             return equal_chunk_segment_ids(completion_mask, args.max_completion_length, args.num_segments)
-        if args.segmentation == "delimiter":  # this process's rows, cut where on_scores cut them
-            return prefix_segment_ids(self._ppm_prefix_lengths.to(completion_mask.device), completion_mask)
+        if args.segmentation == "delimiter":  # this process's rows, cut where the scorer's prefixes were cut
+            return prefix_segment_ids(prefix_lengths.to(completion_mask.device), completion_mask)
         return turn_segment_ids(tool_mask, completion_mask, args.num_segments)
 
-    def _log_ppm(self, advantages: torch.Tensor, dropped: torch.Tensor) -> None:
-        progress, valid = self._ppm_progress, self._ppm_valid
+    def _log_ppm(self, advantages: torch.Tensor, dropped: torch.Tensor, progress: torch.Tensor, valid: torch.Tensor,
+                 outcome: torch.Tensor) -> None:
         measured = ~torch.isnan(progress).any(dim=1)
         # A NaN outcome (every reward function returned None) makes the row's advantage 0 as well when the outcome
         # enters the reward: such rows are unscorable too, and counted on their own.
-        outcome_unscorable = torch.isnan(self._ppm_outcome.to(progress.device)) & self.args.add_outcome_reward
+        outcome_unscorable = torch.isnan(outcome.to(progress.device)) & self.args.add_outcome_reward
         monotone = torch.cummax(torch.nan_to_num(progress) * valid, dim=1).values
         for k in range(progress.shape[1]):
             self.log_metric(f"ppm/progress_segment_{k + 1}", monotone[measured, k].mean().nan_to_num().item())
