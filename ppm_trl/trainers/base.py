@@ -6,7 +6,7 @@ It overrides each TRL hook once and gives the method trainers public, documented
   may be replaced (ARG). The base then recomputes TRL's completion statistics so that they describe the FINAL rows.
 - `on_final_rollout(rollout) -> pending` — training only, after every `on_rollout` of the MRO: the rows are final
   and TRL's log-prob passes come next. Start slow scoring here (`run_in_background`) and RETURN what the advantage
-  hook needs to collect it (PPM: the prefix lengths and the Future; PAPO: the early outcome, the judged rows and the
+  hook needs to collect it (PPM: the scored ids, prefix lengths and Future; PAPO: the early outcome, the judged rows and the
   Future); the base keeps it for this batch only and hands it over as `ScoredBatch.pending`.
 - `compute_advantages(batch: ScoredBatch) -> Advantages | None` — after TRL computed its own advantages; `batch`
   holds everything the step knows by then, built once by the base: this process's rows, completions and completion
@@ -17,6 +17,10 @@ It overrides each TRL hook once and gives the method trainers public, documented
   subclass that still defines the removed `on_scores` hook, or the old `compute_advantages(completion_mask,
   tool_mask)`, is refused at construction).
 - `extra_checkpoint_state()` / `load_extra_checkpoint_state(states)` — JSON files saved with every checkpoint.
+
+`MethodTrainer.__init__` checks the reward functions' dataset columns and resolves the model path ("tiny", a local
+directory made absolute) once per trainer, however many method classes a composed trainer's MRO runs; each method's
+`__init__` checks only its own columns and config.
 
 Checkpoints and preemption (`train`): a checkpoint folder counts only when complete — its last file is a
 `CHECKPOINT_COMPLETE` marker listing every file's size (a folder without one, from an older version, needs a
