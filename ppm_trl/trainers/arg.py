@@ -20,8 +20,8 @@ from accelerate.utils import gather_object
 
 from .. import guidance
 from ..configs import ARGConfig
-from .base import MethodTrainer, Rollout
 from ..rewards import format_reward
+from .base import MethodTrainer, Rollout
 from .common import completion_text
 
 logger = logging.getLogger(__name__)
