@@ -11,8 +11,8 @@ import torch
 from datasets import Dataset
 from helpers import TINY_ARGS, capture_outputs, script_generation
 
-from ppm_trl.guidance import PrefixSelector
 from ppm_trl.configs import ARGConfig
+from ppm_trl.guidance import PrefixSelector
 from ppm_trl.rewards import accuracy_reward, format_reward
 from ppm_trl.tiny import build_tiny_model_and_tokenizer
 from ppm_trl.trainers.arg import SELECTOR_STATE_FILE, ARGTrainer
