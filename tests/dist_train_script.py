@@ -35,7 +35,16 @@ import torch  # noqa: E402
 
 G = 4  # generations per prompt in every job
 REAL_STEPS = 2
-METHODS = ("ppm", "papo", "arg")
+# Each single method of the registry (`ppm_trl.methods`) with its settings in these tests and the keyword its
+# scorer goes to: tests/test_distributed.py checks that every registered method has an entry, so a new
+# registration is trained under DDP and ZeRO-3 (or fails there until it is given settings).
+METHOD_SETTINGS = {
+    "ppm": (dict(num_segments=4, learning_rate=1e-4), "progress_scorer"),
+    "papo": (dict(learning_rate=1e-4), "process_scorer"),
+    # G = 4: at most 2 of 4 rows replaced (paper: 4 of 8), 4 continuations per all-failure group.
+    "arg": (dict(learning_rate=1e-4, arg_num_continuations=4, arg_max_accepted=2, arg_max_empty_prefix=2), None),
+}
+METHODS = tuple(METHOD_SETTINGS)
 
 
 def _world_size() -> int:
@@ -92,26 +101,15 @@ def build(method: str, output_dir: str, per_device: int, max_steps: int, max_com
         model, tokenizer = build_tiny_model_and_tokenizer(seed=0)
     kwargs = dict(model=model, processing_class=tokenizer, reward_funcs=reward or env_outcome_reward,
                   train_dataset=dataset)
-    if method == "ppm":
-        from ppm_trl.configs import PPMConfig
-        from ppm_trl.trainers.ppm import PPMGRPOTrainer
+    if method not in METHOD_SETTINGS:
+        raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
+    from ppm_trl.methods import get_method
 
-        config = PPMConfig(num_segments=4, learning_rate=1e-4, **args)
-        return PPMGRPOTrainer(args=config, progress_scorer=scorer, **kwargs), dataset
-    if method == "papo":
-        from ppm_trl.configs import PAPOConfig
-        from ppm_trl.trainers.papo import PAPOTrainer
+    registered, (settings, scorer_keyword) = get_method(method), METHOD_SETTINGS[method]
+    config = registered.config_class()(**settings, **args)
+    scorer_kwargs = {scorer_keyword: scorer} if scorer_keyword else {}
+    return registered.trainer_class()(args=config, **scorer_kwargs, **kwargs), dataset
 
-        config = PAPOConfig(learning_rate=1e-4, **args)
-        return PAPOTrainer(args=config, process_scorer=scorer, **kwargs), dataset
-    if method == "arg":
-        from ppm_trl import ARGConfig, ARGTrainer  # ppm_trl.trainers.arg
-
-        # G = 4: at most 2 of 4 rows replaced (paper: 4 of 8), 4 continuations per all-failure group.
-        config = ARGConfig(learning_rate=1e-4, arg_num_continuations=4, arg_max_accepted=2, arg_max_empty_prefix=2,
-                           **args)
-        return ARGTrainer(args=config, **kwargs), dataset
-    raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
 
 
 # ----------------------------------------------------------------------------------------------- instrumentation
