@@ -142,23 +142,31 @@ def _graded(server):
     return sorted(body["messages"][-1]["content"] for body in server.bodies if body.get("max_tokens") != PROBE_MAX_TOKENS)
 
 
-def test_overlap_on_and_off_train_identically_with_the_loopback_judge(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
+def _on_and_off_with_the_loopback_judge(tmp_path, train):
+    """`train(tmp_path, server, overlap, cache=..., **overrides)` with the overlap on and off against one loopback
+    judge: the same requests, advantages and logs either way, and the overlapped run served entirely from the
+    sequential run's cache. Returns the overlapped trainer and the texts it had graded."""
     results = {}
     with JudgeServer(latency=0.05) as server:
         for overlap in (True, False):
             server.reset_counters()
-            trainer, outputs = _train_with_judge(tmp_path, server, overlap, cache=f"cache_{overlap}")
+            trainer, outputs = train(tmp_path, server, overlap, cache=f"cache_{overlap}")
             results[overlap] = trainer, outputs, server.requests, _graded(server)
         # The overlapped run reads the sequential run's cache: the very same requests, so nothing is sent.
         server.reset_counters()
-        _train_with_judge(tmp_path, server, True, cache="cache_False", judge_probe=False)
+        train(tmp_path, server, True, cache="cache_False", judge_probe=False)
         assert server.requests == 0
     (on, on_outputs, on_requests, on_graded), (off, off_outputs, off_requests, off_graded) = results[True], results[False]
     assert on_requests == off_requests and on_graded == off_graded and len(on_graded) > 0
     for a, b in zip(on_outputs, off_outputs, strict=True):
         assert torch.equal(a["advantages"], b["advantages"])
     assert _logged(on) == _logged(off)
+    return on, on_graded
+
+
+def test_overlap_on_and_off_train_identically_with_the_loopback_judge(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
+    on, _ = _on_and_off_with_the_loopback_judge(tmp_path, _train_with_judge)
     assert any(log.get("ppm/scorer_requests", 0) > 0 for log in _logged(on))
 
 
@@ -422,23 +430,9 @@ PAPO_JUDGE_COMPLETIONS = ["alpha\nbeta\n\\boxed{7}", "So \\boxed{7}", "alpha, th
 
 def test_papo_overlap_on_and_off_train_identically_with_the_loopback_judge(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
-    results = {}
-    with JudgeServer(latency=0.05) as server:
-        for overlap in (True, False):
-            server.reset_counters()
-            trainer, outputs = _train_papo_with_judge(tmp_path, server, overlap, cache=f"cache_{overlap}")
-            results[overlap] = trainer, outputs, server.requests, _graded(server)
-        # The overlapped run reads the sequential run's cache: the very same requests, so nothing is sent.
-        server.reset_counters()
-        _train_papo_with_judge(tmp_path, server, True, cache="cache_False", judge_probe=False)
-        assert server.requests == 0
-    (on, on_outputs, on_requests, on_graded), (off, off_outputs, off_requests, off_graded) = results[True], results[False]
-    assert on_requests == off_requests and on_graded == off_graded
+    on, on_graded = _on_and_off_with_the_loopback_judge(tmp_path, _train_papo_with_judge)
     assert len(on_graded) == 3 * 2  # three correct responses per prompt, one generation batch of two prompts
     assert not any(PAPO_JUDGE_COMPLETIONS[3] in body for body in on_graded)  # the wrong one is never judged
-    for a, b in zip(on_outputs, off_outputs, strict=True):
-        assert torch.equal(a["advantages"], b["advantages"])
-    assert _logged(on) == _logged(off)
     assert any(log.get("papo/judge_requests", 0) > 0 for log in _logged(on))
     assert any(log.get("papo/proc_active_fraction", 0) > 0 for log in _logged(on))  # grades 1, .5, .5 differ
 

@@ -259,25 +259,31 @@ def test_identical_requests_of_concurrent_batches_are_sent_once():
     assert server.requests == 5 and stats["calls"] == 5 and stats["deduplicated"] == 5
 
 
+def as_two_ranks(make_judge, items) -> tuple[list, list]:
+    """Two judges grading `items` at the same time in two threads: (their grades, their stats snapshots)."""
+    judges = [make_judge() for _ in range(2)]
+    results, stats = [None, None], [None, None]
+
+    def rank(index):
+        results[index] = judges[index].grade_prefixes(items)
+        stats[index] = judges[index].stats.snapshot()
+
+    threads = [threading.Thread(target=rank, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for judge in judges:
+        judge.close()
+    return results, stats
+
+
 def test_identical_requests_of_two_processes_sharing_a_cache_are_sent_once(tmp_path):
     """Two judges with one cache directory stand for two ranks (file locks conflict between them as between
     processes); each grades the same rollouts at the same time."""
     items = distinct_items(6)
-    results, stats = {}, {}
     with JudgeServer(latency=0.3) as server:
-        judges = [http_judge(server, cache_dir=tmp_path / "cache") for _ in range(2)]
-
-        def rank(index):
-            results[index] = judges[index].grade_prefixes(items)
-            stats[index] = judges[index].stats.snapshot()
-
-        threads = [threading.Thread(target=rank, args=(index,)) for index in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        for judge in judges:
-            judge.close()
+        results, stats = as_two_ranks(lambda: http_judge(server, cache_dir=tmp_path / "cache"), items)
     assert results[0] == results[1] and all(results[0])
     assert server.requests == 6  # each distinct request once, whichever rank sent it
     assert stats[0]["calls"] + stats[1]["calls"] == 6
@@ -289,17 +295,9 @@ def test_a_claim_whose_holder_got_no_answer_is_sent_by_the_waiter(tmp_path):
     """The first holder's request fails (400, not retried): the waiting process must not take 'no cache entry'
     as an answer; it sends the request itself."""
     with JudgeServer(script=("bad_request",), latency=0.2) as server:
-        judges = [http_judge(server, cache_dir=tmp_path / "cache", num_retries=0) for _ in range(2)]
-        results = {}
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, judges[i].grade_prefixes(
-            distinct_items(1)))) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-        for judge in judges:
-            judge.close()
-    assert sorted(map(str, results.values())) == ["[None]", "[[True, False, False]]"]
+        results, _ = as_two_ranks(lambda: http_judge(server, cache_dir=tmp_path / "cache", num_retries=0),
+                                  distinct_items(1))
+    assert sorted(map(str, results)) == ["[None]", "[[True, False, False]]"]
     assert server.requests == 2
 
 
