@@ -42,7 +42,7 @@ from typing import Any
 from ppm_trl.judge import loop as shared_loop
 from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint, request_key
 from ppm_trl.judge.claims import KeyClaims
-from ppm_trl.judge.limits import RateLimiter, estimate_tokens, exhausted_for, process_count
+from ppm_trl.judge.limits import RateLimiter, estimate_tokens, exhausted_for, process_count, process_share
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser, with_nonce
 from ppm_trl.judge.transport import (
@@ -280,9 +280,8 @@ class LiteLLMJudge(JudgeTasks):
         self.stats = JudgeStats()
         processes = self.processes or process_count()
         self.process_concurrency = max(1, self.max_concurrency // processes)
-        self._limiter = RateLimiter(None if self.max_rpm is None else self.max_rpm / processes,
-                                    None if self.max_tpm is None else self.max_tpm / processes, self.burst_seconds)
-        self._limiter_loop: asyncio.AbstractEventLoop | None = None
+        self._limiter = RateLimiter(process_share(self.max_rpm, processes), process_share(self.max_tpm, processes),
+                                    self.burst_seconds)
         self._inflight: dict[str, asyncio.Future] = {}  # key -> the answer of a request being sent by any batch
         if self.api_key_env is not None:
             _key_variables.add(self.api_key_env)  # so that `redact` masks its value whatever its name
@@ -370,7 +369,7 @@ class LiteLLMJudge(JudgeTasks):
     def __getstate__(self) -> dict[str, Any]:
         # Runtime objects cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
         runtime = {"stats", "_cache", "_cache_writer", "_claims", "_semaphore", "_semaphore_loop", "_rng",
-                   "_transport", "_cache_params", "_limiter", "_limiter_loop", "_inflight", "process_concurrency"}
+                   "_transport", "_cache_params", "_limiter", "_inflight", "process_concurrency"}
         return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
