@@ -344,7 +344,7 @@ class PAPOStats:
     """Diagnostics the PAPO trainer logs (PAPO Fig. 5, 11, 12)."""
 
     zero_advantage_fraction: float  # rows with |A| <= atol (signal exhaustion, Fig. 5a)
-    proc_active_fraction: float  # groups where A_proc is active: >= 2 correct rows with a process score (Fig. 12b)
+    proc_active_fraction: float  # groups where A_proc moves some row: |A_proc| > atol (Fig. 12b)
     correct_min_advantage: float  # min A over correct rows; NaN when no row is correct (Fig. 11a)
     correct_fraction: float  # mean outcome over scorable rows
     process_missing_fraction: float  # correct rows whose process score is NaN (judge failures)
@@ -357,14 +357,16 @@ def papo_group_stats(outcome, process, group_size: int, lam: float = 1.0, proces
                      combine: str = "decoupled", eps: float = 1e-6, atol: float = 1e-8) -> PAPOStats:
     """The PAPO diagnostics for one batch, computed with the same arguments as `papo_advantages`."""
     outcome_t, process_t = _papo_inputs(outcome, process, group_size, process_norm, combine)
-    advantages = papo_advantages(outcome_t, process_t, group_size, lam, process_norm, combine, eps)
+    a_out, a_proc = papo_components(outcome_t, process_t, group_size, process_norm, combine, eps)
+    advantages = a_out + lam * a_proc
+    # Active = A_proc changes some row's advantage: >= 2 scored correct rows is not enough, equal scores give 0.
+    proc_active = (a_proc.view(-1, group_size).abs() > atol).any(dim=1) if lam != 0 else torch.zeros(1)
     correct = outcome_t == 1
-    scored = correct & ~torch.isnan(process_t)
     scorable = ~torch.isnan(outcome_t)
     n_correct = int(correct.sum())
     return PAPOStats(
         zero_advantage_fraction=float((advantages.abs() <= atol).float().mean()),
-        proc_active_fraction=float((scored.view(-1, group_size).sum(dim=1) >= 2).float().mean()),
+        proc_active_fraction=float(proc_active.float().mean()),
         correct_min_advantage=float(advantages[correct].min()) if n_correct else float("nan"),
         correct_fraction=float(outcome_t[scorable].mean()) if scorable.any() else float("nan"),
         process_missing_fraction=float((correct & torch.isnan(process_t)).sum()) / n_correct if n_correct else 0.0,

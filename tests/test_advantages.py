@@ -324,6 +324,25 @@ def test_papo_group_stats():
     assert math.isnan(papo_group_stats(torch.zeros(2), torch.full((2,), NAN), 2).correct_min_advantage)
 
 
+def test_papo_process_active_needs_differing_process_scores():
+    # Every group has >= 2 correct rows with a process score; only groups whose scores differ move A_proc.
+    # Group 1: correct, scores [.5, .5, .5, NaN-incorrect] → A_proc ≡ 0: inactive (the old count said active).
+    # Group 2: correct [1, .5], incorrect, incorrect → A_proc = ±.5/(sqrt(.125)+ε): active.
+    # Group 3: all four correct, all 1.0 → inactive. Group 4: [1, 1, .5, 1] → active.
+    outcome = torch.tensor([1.0, 1, 1, 0] + [1, 1, 0, 0] + [1, 1, 1, 1] + [1, 1, 1, 1])
+    process = torch.tensor([.5, .5, .5, NAN] + [1, .5, NAN, NAN] + [1, 1, 1, 1] + [1, 1, .5, 1])
+    stats = papo_group_stats(outcome, process, 4)
+    assert stats.proc_active_fraction == pytest.approx(2 / 4)
+    # Rows with zero advantage: group 3's four (all correct, equal scores), none elsewhere.
+    assert stats.zero_advantage_fraction == pytest.approx(4 / 16)
+    # An all-equal correct group logs inactive alone; Fullnorm is active wherever filled scores differ (incorrect
+    # rows enter as 0), the multiplicative combination never (A_proc is identically 0 there), nor is λ = 0.
+    assert papo_group_stats(torch.ones(4), torch.full((4,), .5), 4).proc_active_fraction == 0.0
+    assert papo_group_stats(outcome, process, 4, process_norm="full").proc_active_fraction == pytest.approx(3 / 4)
+    assert papo_group_stats(outcome, process, 4, combine="multiplicative").proc_active_fraction == 0.0
+    assert papo_group_stats(outcome, process, 4, lam=0.0).proc_active_fraction == 0.0
+
+
 # ------------------------------------------------------------------------ float residue of identical rewards
 def _fractions(max_n: int = 10):
     return [(j, n) for n in range(1, max_n + 1) for j in range(n + 1)]
