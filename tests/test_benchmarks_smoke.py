@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -137,16 +138,76 @@ def test_evidence_quick_writes_the_summary_with_the_issue_shape(tmp_path):
     out = tmp_path / "evidence"
     stdout = _run("benchmarks/evidence.py", "--quick", "--workers", "2", "--output-dir", str(out), "--cache-dir",
                   str(tmp_path / "cache"))
-    summary = json.loads((Path(str(out) + "_quick") / "summary.json").read_text())
+    quick = Path(str(out) + "_quick")
+    summary = json.loads((quick / "summary.json").read_text())
     assert isinstance(summary["warm_start_fingerprint"], str) and len(summary["warm_start_fingerprint"]) == 16
     ppm = summary["ppm"]
-    assert isinstance(ppm["cliff_n"], int) and len(ppm["samples_to_target"]["segment"]) == 1
-    assert len(ppm["samples_to_target"]["grpo"]) == 1 and len(ppm["ratio_ci95"]) == 2
-    assert isinstance(ppm["ratio_median"], float)
-    assert summary["arg"]["task"] == "multi_add_any_order"
-    assert set(summary["arg"]["rescue_rate"]) == {"arg", "reference_insertion", "fixed_prefix"}
-    assert set(summary["papo"]["zero_adv_frac"]) >= {"grpo", "papo"}
-    assert "### PPM at the cliff horizon" in stdout and "rescue rate" in stdout
+    assert ppm["horizons"] == [1, 2] and ppm["hardest_n"] == 2 and ppm["reporting_seeds"] == [0, 1]
+    assert set(ppm["gap_by_n"]) == set(ppm["gap_by_n_greedy"]) == {"1", "2"}
+    assert set(ppm["lr_grid"]) == {"sparse", "trajectory", "lines", "segment"}
+    assert all(len(grid) == 2 for grid in ppm["lr_grid"].values())
+    assert isinstance(ppm["best_lr_at_edge"], bool) and isinstance(ppm["censored"], bool)
+    assert "ratio_median" in ppm and "ratio_ci95" in ppm
+    # Tuning and reporting never share a seed, and tuning runs are evaluated on the tuning prompts.
+    runs = [json.loads(p.read_text()) for p in (quick / "runs" / "multi_add").glob("*.json")]
+    assert {r["eval_role"] for r in runs if r["spec"]["seed"] == 100} == {"tune"}
+    assert {r["eval_role"] for r in runs if r["spec"]["seed"] in (0, 1)} == {"report"}
+    assert all("greedy_all_correct" in r["history"][-1] for r in runs)
+    papo = summary["papo"]
+    assert papo["task"] == "multi_add_boxed"
+    arms = {"grpo", "papo", "papo_fullnorm", "papo_mult", "prm_only"}
+    assert set(papo["zero_adv_frac"]) == set(papo["final_accuracy"]) == arms
+    assert isinstance(papo["prm_only_accuracy_drop"], float)
+    arg = summary["arg"]
+    assert arg["task"] == "multi_add_any_order"
+    assert set(arg["rescue_rate"]) == {"arg", "resampling", "fixed_half", "fixed_quarter", "reference_insertion"}
+    assert set(arg["pass_at_8"]) == set(arg["rescue_rate"]) | {"grpo"}
+    arg_runs = [json.loads(p.read_text()) for p in (quick / "runs" / "multi_add_any_order").glob("*.json")]
+    assert all("pass@8" in r["history"][-1] for r in arg_runs if r["spec"]["seed"] in (0, 1))
+    assert "### PPM by horizon" in stdout and "rescue rate" in stdout
     # A second invocation trains nothing: every run is cached.
     again = _run("benchmarks/evidence.py", "--quick", "--output-dir", str(out), "--cache-dir", str(tmp_path / "cache"))
     assert "to train" not in again
+
+
+def test_evidence_statistics_by_hand():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import evidence
+
+    mean, interval = evidence.t_interval([1.0, 2.0, 3.0])  # s = 1, t(2) = 4.303: 2 ± 4.303/sqrt(3)
+    assert mean == 2.0 and interval == pytest.approx([2 - 4.303 / 3 ** 0.5, 2 + 4.303 / 3 ** 0.5])
+    assert evidence.t_interval([0.5]) == (0.5, None)
+    with pytest.raises(SystemExit):  # tuning and reporting seeds must be disjoint
+        evidence.parse_args(["--tuning-seeds", "0", "1", "--seeds", "1", "2", "3"])
+    with pytest.raises(SystemExit):  # a grid of fewer than three values cannot bracket an optimum
+        evidence.parse_args(["--lrs", "1e-4", "3e-4"])
+    tuning = evidence.eval_set("multi_add", 2, "tune", 64)
+    held_out = evidence.eval_set("multi_add", 2, "report", 64)
+    assert len(tuning) == 64 and not {json.dumps(r["prompt"]) for r in tuning} & {json.dumps(r["prompt"]) for r in held_out}
+
+
+def test_evidence_tuning_extends_a_grid_whose_best_sits_at_an_edge():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import evidence
+
+    # Scripted final all-correct by lr: "sparse" peaks at 1e-5 (below the grid: two extensions down, still at the
+    # edge after the second, which the report must say); "lines" peaks inside the grid (no extension).
+    peak = {"sparse": 1e-5, "lines": 2e-4}
+
+    class FakeRunner:
+        calls = []
+
+        def run(self, specs):
+            self.calls.append(sorted({(s.variant, s.learning_rate) for s in specs}))
+            return {(s.variant, s.n, s.learning_rate, s.seed): {"history": [{
+                "all_correct": 1 - abs(math.log10(s.learning_rate / peak[s.variant])), "per_subproblem": 0.5}]}
+                for s in specs}
+
+    args = evidence.parse_args(["--lrs", "1e-4", "3e-4", "1e-3", "--max-extensions", "2"])
+    runner = FakeRunner()
+    tuned = evidence.tune(args, runner, ["sparse", "lines"], 4, 10)
+    assert sorted(tuned["sparse"]["grid"]) == [pytest.approx(v) for v in (1.11e-5, 3.33e-5, 1e-4, 3e-4, 1e-3)]
+    assert tuned["sparse"]["best"] == pytest.approx(1.11e-5) and tuned["sparse"]["at_edge"] is True
+    assert sorted(tuned["lines"]["grid"]) == [1e-4, 3e-4, 1e-3] and tuned["lines"]["best"] == 3e-4
+    assert tuned["lines"]["at_edge"] is False
+    assert len(runner.calls) == 3 and {v for v, _ in runner.calls[1]} == {"sparse"}  # only the open grid goes on

@@ -136,3 +136,48 @@ def test_any_order_accepts_every_order_of_the_right_lines_and_nothing_else():
         box_reordered = lines[-1].replace("a=", "A=")
         assert not env.verify(row, "\n".join(lines[:-1] + [box_reordered]))
     assert len(orders) > 5  # the references themselves come in varied orders (what the warm start imitates)
+
+
+# ------------------------------------------------------------------------------------------ boxed-outcome variant
+def test_boxed_variant_grades_the_box_and_only_the_form_of_the_work_lines():
+    from ppm_trl.envs import get_env
+    from ppm_trl.scorers import ProgrammaticProcessScorer
+
+    env = get_env("multi_add_boxed")
+    row = make_dataset("multi_add_boxed", 3, 1, seed=5)[0]
+    lines = row["reference"].split("\n")
+    assert env.verify(row, row["reference"]) and env.match_points(row, row["reference"]) == {1, 2, 3, 4}
+    label, rest = lines[1].split(":")
+    pair, total = rest.split("=")
+    flawed = "\n".join([lines[0], f"{label}:{pair}={int(total) + 1}", lines[2], lines[3]])
+    assert env.verify(row, flawed)  # a wrong work line, the right box: correct
+    assert env.match_points(row, flawed) == {1, 3, 4}  # ... but line 2 is not a reached point
+    # PAPO's programmatic process score: the right answer after flawed work scores below the reference
+    assert ProgrammaticProcessScorer()([row, row], [flawed, row["reference"]]) == [pytest.approx(3 / 4), 1.0]
+    # Form still counts: another operand, a missing line, a wrong box sum, anything after the box
+    assert not env.verify(row, flawed.replace(f"{label}:{pair}", f"{label}:{pair}1"))
+    assert not env.verify(row, "\n".join([lines[0], lines[2], lines[3]]))
+    box_sums = lines[3]
+    wrong_box = box_sums.replace("a=", "a=1", 1)
+    assert not env.verify(row, "\n".join(lines[:3] + [wrong_box]))
+    assert not env.verify(row, row["reference"] + "\nmore")
+    # multi_add itself rejects the flawed answer: its outcome checks the lines
+    assert not get_env("multi_add").verify(row, flawed)
+
+
+def test_boxed_warm_start_references_keep_the_true_sums_in_the_box():
+    import random
+
+    from ppm_trl.demo.warmstart import with_line_errors
+    from ppm_trl.envs import get_env
+
+    rows = make_dataset("multi_add_boxed", 4, 50, seed=1)
+    noisy_written = [with_line_errors(r["reference"], 0.4, random.Random(i)) for i, r in enumerate(rows)]
+    noisy_true = [with_line_errors(r["reference"], 0.4, random.Random(i), true_box=True) for i, r in enumerate(rows)]
+    env = get_env("multi_add_boxed")
+    # Same rng draws: the same work lines either way; only the box differs
+    assert all(a.split("\n")[:-1] == b.split("\n")[:-1] for a, b in zip(noisy_written, noisy_true))
+    assert all(env.verify(row, text) for row, text in zip(rows, noisy_true))
+    wrong_lines = sum(4 - len(env.solved_lines(row, text)) for row, text in zip(rows, noisy_true))
+    assert 0.25 < wrong_lines / (4 * len(rows)) < 0.55  # ~40 % of the work lines are wrong
+    assert sum(env.verify(row, text) for row, text in zip(rows, noisy_written)) < len(rows) // 2

@@ -127,7 +127,7 @@ def main(argv=None) -> dict:
                              save_dirs=save_dirs)
 
     print(f"[4/4] results at n={args.n} (warm start {fingerprint}; {args.eval_size} held-out prompts, sampled at "
-          "T=1)", flush=True)
+          "T=1, and greedy)", flush=True)
     summary_rows = _report(results)
     plot_path = os.path.join(args.output_dir, "success_vs_samples.png")
     plot_histories(results, plot_path, f"multi_add, n={args.n}: segment-level PPM vs sparse GRPO")
@@ -150,12 +150,15 @@ def _report(results: list[dict]) -> dict[str, dict]:
         by_variant.setdefault(variant, []).append(last)
         print(f"  {VARIANT_LABELS[variant]:<34} seed {result['spec']['seed']}: all-correct {first['all_correct']:.3f}"
               f" → {last['all_correct']:.3f}   per-sub-problem {first['per_subproblem']:.3f} → "
-              f"{last['per_subproblem']:.3f}   ({last['samples']} samples, {result['train_seconds']:.0f}s)")
+              f"{last['per_subproblem']:.3f}   greedy all-correct {first['greedy_all_correct']:.3f} → "
+              f"{last['greedy_all_correct']:.3f}   ({last['samples']} samples, {result['train_seconds']:.0f}s)")
     rows = {}
     for variant, finals in by_variant.items():
-        rows[variant] = {key: [f[key] for f in finals] for key in ("all_correct", "per_subproblem")}
-        ac, ps = rows[variant]["all_correct"], rows[variant]["per_subproblem"]
+        rows[variant] = {key: [f[key] for f in finals]
+                         for key in ("all_correct", "per_subproblem", "greedy_all_correct", "greedy_per_subproblem")}
+        ac, ps, greedy = (rows[variant][key] for key in ("all_correct", "per_subproblem", "greedy_all_correct"))
         print(f"  {VARIANT_LABELS[variant]:<34} mean of {len(finals)}: all-correct {statistics.fmean(ac):.3f} "
               f"(seeds {min(ac):.3f}-{max(ac):.3f})   per-sub-problem {statistics.fmean(ps):.3f} "
-              f"(seeds {min(ps):.3f}-{max(ps):.3f})")
+              f"(seeds {min(ps):.3f}-{max(ps):.3f})   greedy all-correct {statistics.fmean(greedy):.3f} "
+              f"(seeds {min(greedy):.3f}-{max(greedy):.3f})")
     return rows

@@ -10,17 +10,21 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from .warmstart import completion_budget, deterministic_cpu, evaluate_policy, load_policy
+from .warmstart import completion_budget, deterministic_cpu, evaluate_pass_at_k, evaluate_policy, load_policy
 
-VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "arg", "fixed_prefix",
-            "reference_insertion", "ppm+arg", "papo+arg")
+VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "papo_fullnorm", "prm_only", "arg",
+            "fixed_prefix", "fixed_quarter", "resampling", "reference_insertion", "ppm+arg", "papo+arg")
 VARIANT_LABELS = {
     "sparse": "GRPO (sparse outcome)",
     "trajectory": "PPM trajectory-level",
     "segment": "PPM segment-level (equal chunks)",
     "lines": "PPM segment-level (one per line)",
     "papo_mult": "PAPO multiplicative (ablation)",
+    "papo_fullnorm": "PAPO Fullnorm (ablation)",
+    "prm_only": "PRM only (gameable process score)",
     "fixed_prefix": "ARG fixed prefix (α = ½)",
+    "fixed_quarter": "ARG fixed prefix (α = ¼)",
+    "resampling": "resampling (α = 1: no prefix)",
     "reference_insertion": "reference insertion",
     "papo": "PAPO (programmatic process score)",
     "arg": "ARG (reference guidance)",
@@ -43,11 +47,13 @@ class RunSpec:
                                                                       "sub-problem: equal chunks, or lines)."})
     eval_every: int = field(default=10, metadata={"help": "Evaluate every this many steps."})
     seed: int = field(default=0, metadata={"help": "Seed of the RL run (sampling, data order)."})
+    pass_k: int = field(default=0, metadata={"help": "At the last evaluation also sample this many completions per "
+                                                     "prompt at T = 1: pass@1, pass@k and avg@k (0: off)."})
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        if self.n < 1 or self.max_steps < 1 or self.eval_every < 1:
+        if self.n < 1 or self.max_steps < 1 or self.eval_every < 1 or self.pass_k < 0:
             raise ValueError(f"n, max_steps and eval_every must be >= 1, got {self.n}, {self.max_steps}, "
                              f"{self.eval_every}")
 
@@ -85,8 +91,14 @@ def variant_settings(spec: RunSpec) -> tuple[str, dict]:
         "papo": ("papo", {"process_scorer": "programmatic"}),
         # PAPO §6's multiplicative ablation: outcome × process in one reward, normalised over the whole group
         "papo_mult": ("papo", {"process_scorer": "programmatic", "combine": "multiplicative"}),
+        # PAPO §6's Fullnorm: incorrect rows enter the process normalisation with r_proc = 0
+        "papo_fullnorm": ("papo", {"process_scorer": "programmatic", "process_norm": "full"}),
+        # PAPO §3.2's reward-hacking arm: the process score alone (here a gameable one, `shown_work_reward`)
+        "prm_only": ("grpo", {"scale_rewards": "group"}),
         "arg": ("arg", {}),
         "fixed_prefix": ("arg", {"arg_levels": [0.5]}),  # one level α = ½, no selector: the fixed-guidance baseline
+        "fixed_quarter": ("arg", {"arg_levels": [0.25]}),
+        "resampling": ("arg", {"arg_levels": [1.0]}),  # α = 1 is the empty prefix: ARG App. G.2's resampling baseline
         "reference_insertion": ("arg", {"arg_mode": "reference_insertion"}),  # §5.3's ablation
         # ARG decides the rows of all-failure groups, segment-level PPM (as in "segment") credits every row
         "ppm+arg": ("ppm+arg", {"granularity": "segment", **ppm}),
@@ -94,17 +106,35 @@ def variant_settings(spec: RunSpec) -> tuple[str, dict]:
     }[spec.variant]
 
 
+def shown_work_reward(completions: list, **kwargs) -> list[float]:
+    """A deliberately gameable process score (the `prm_only` arm): work lines shown, sums and answer unchecked.
+
+    min(1, well-formed `x:a+b=s` lines / (n + 1)). A correct answer scores n/(n + 1); one more work line, whatever
+    it says, scores 1 — and breaks the strict outcome (exactly n lines, then the box). The stand-in for a process
+    reward that pays for the look of reasoning (PAPO §3.2: under a process reward alone, length rises and accuracy
+    falls)."""
+    from ..envs.multi_add import _parse_line
+    from ..text import completion_text
+
+    rewards = []
+    for completion, n in zip(completions, kwargs["n"], strict=True):
+        shown = sum(_parse_line(line) is not None for line in completion_text(completion).split("\n"))
+        rewards.append(min(1.0, shown / (int(n) + 1)))
+    return rewards
+
+
 def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: str, budget: int,
                   progress: bool = False):
     """The trainer of `spec.variant` (the method registry's classes); all share `_common_args` and the outcome
-    reward (the env's verifier)."""
+    reward (the env's verifier) — but `prm_only`, whose only reward is `shown_work_reward`."""
     from ..methods import get_method
     from ..rewards import env_outcome_reward
 
     name, settings = variant_settings(spec)
     method = get_method(name)
     args = method.config_class()(**_common_args(spec, output_dir, budget, progress), **settings)
-    return method.trainer_class()(args=args, model=model, reward_funcs=[env_outcome_reward],
+    reward = shown_work_reward if spec.variant == "prm_only" else env_outcome_reward
+    return method.trainer_class()(args=args, model=model, reward_funcs=[reward],
                                   train_dataset=train_dataset, processing_class=tokenizer)
 
 
@@ -129,7 +159,12 @@ def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history:
                 train_logs.append({"step": state.global_step, **kept})
 
     def record(model, step: int):
+        # Sampled at the training temperature, then greedy; each restores the RNG, so neither changes the run.
         metrics = evaluate_policy(model, tokenizer, eval_dataset, budget, seed=1234)
+        greedy = evaluate_policy(model, tokenizer, eval_dataset, budget, temperature=0.0)
+        metrics.update({f"greedy_{key}": greedy[key] for key in ("all_correct", "per_subproblem")})
+        if spec.pass_k and step == spec.max_steps:
+            metrics.update(evaluate_pass_at_k(model, tokenizer, eval_dataset, budget, spec.pass_k, seed=4321))
         history.append({"step": step, "samples": step * spec.samples_per_step, **metrics})
         if progress_bar is not None:
             progress_bar.set_postfix(all_correct=f"{metrics['all_correct']:.3f}",

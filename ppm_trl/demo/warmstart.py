@@ -53,7 +53,8 @@ class WarmStartSettings:
                 "sums as written). A warm start trained past the lookup jump on such data errs on each line at about "
                 "this rate whatever its seed or machine (per-line accuracy ~0.55 at 0.4 and 1,000 steps, for seeds 0 "
                 "and 1 alike), so all-correct falls off smoothly in n instead of depending on where training stopped. "
-                "None: 0.4 for multi_add, 0 for other envs (multi_add envs only)."})
+                "On multi_add_boxed the box states the true sums instead (a right answer after flawed work). "
+                "None: 0.4 for multi_add and multi_add_boxed, 0 for other envs (multi_add envs only)."})
     hidden_size: int = field(default=128, metadata={"help": "Tiny Qwen2 width."})
     num_hidden_layers: int = field(default=2, metadata={"help": "Tiny Qwen2 depth."})
     num_attention_heads: int = field(default=4, metadata={"help": "Attention heads."})
@@ -67,7 +68,7 @@ class WarmStartSettings:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.line_error_rate is None:
-            self.line_error_rate = 0.4 if self.env == "multi_add" else 0.0
+            self.line_error_rate = 0.4 if self.env in ("multi_add", "multi_add_boxed") else 0.0
         if not 0.0 <= self.line_error_rate < 1.0:
             raise ValueError(f"line_error_rate is a probability in [0, 1), got {self.line_error_rate}")
         if self.line_error_rate and self.env not in NOISY_ENVS:
@@ -162,18 +163,22 @@ def sft_dataset(settings: WarmStartSettings):
     data = concatenate_datasets(parts).shuffle(seed=settings.seed)
     if settings.line_error_rate:
         rng = random.Random(settings.seed)
-        data = data.map(lambda row: {"reference": with_line_errors(row["reference"], settings.line_error_rate, rng)})
+        true_box = settings.env == "multi_add_boxed"
+        data = data.map(lambda row: {"reference": with_line_errors(row["reference"], settings.line_error_rate, rng,
+                                                                   true_box=true_box)})
     return data.map(lambda row: {"completion": [{"role": "assistant", "content": row["reference"]}]},
                     remove_columns=["reference"])
 
 
-NOISY_ENVS = ("multi_add", "multi_add_any_order")
+NOISY_ENVS = ("multi_add", "multi_add_any_order", "multi_add_boxed")
 _SUM_LINE = re.compile(r"^([a-z]):(\d+)\+(\d+)=(\d+)$")
 
 
-def with_line_errors(reference: str, rate: float, rng: random.Random) -> str:
+def with_line_errors(reference: str, rate: float, rng: random.Random, true_box: bool = False) -> str:
     """A multi_add reference whose lines each state a wrong sum (±1, never negative) with probability `rate`; the
-    final `\\boxed{a=..,b=..}` repeats the sums as written, so the text stays self-consistent."""
+    final `\\boxed{a=..,b=..}` repeats the sums as written, so the text stays self-consistent — or, with `true_box`,
+    states the true sums (`multi_add_boxed`: a right answer after flawed work). The rng draws are the same either
+    way."""
     lines, written = reference.split("\n"), {}
     for i, line in enumerate(lines[:-1]):
         match = _SUM_LINE.match(line)
@@ -182,7 +187,7 @@ def with_line_errors(reference: str, rate: float, rng: random.Random) -> str:
         label, a, b, total = match.group(1), match.group(2), match.group(3), int(match.group(4))
         if rng.random() < rate:
             total = total + 1 if total == 0 or rng.random() < 0.5 else total - 1
-        lines[i], written[label] = f"{label}:{a}+{b}={total}", total
+        lines[i], written[label] = f"{label}:{a}+{b}={total}", int(a) + int(b) if true_box else total
     lines[-1] = "\\boxed{" + ",".join(f"{label}={written[label]}" for label in sorted(written)) + "}"
     return "\n".join(lines)
 
@@ -322,6 +327,19 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
     return metrics
 
 
+def evaluate_pass_at_k(model, tokenizer, dataset, max_new_tokens: int, k: int, seed: int = 0,
+                       batch_size: int = 128) -> dict[str, float]:
+    """`pass@1`, `pass@k` (unbiased estimator over k samples per prompt, T = 1) and `avg@k` on `dataset` rows."""
+    from ..envs import get_env
+    from ..evaluation import sample_completions, summarize
+
+    rows = dataset.to_list()
+    samples = sample_completions(model, tokenizer, [row["prompt"] for row in rows], k, max_new_tokens,
+                                 temperature=1.0, batch_size=batch_size, seed=seed)
+    correct = [[get_env(row["env"]).verify(row, text) for text in texts] for row, texts in zip(rows, samples)]
+    return summarize(correct, sorted({1, k}))
+
+
 __all__ = ["ENV_RECIPES", "REFERENCE_DIGESTS", "WarmStartSettings", "completion_budget", "default_cache_root",
-           "deterministic_cpu", "evaluate_policy", "load_policy", "read_manifest", "reference_check", "sft_dataset",
+           "deterministic_cpu", "evaluate_pass_at_k", "evaluate_policy", "load_policy", "read_manifest", "reference_check", "sft_dataset",
            "warm_start", "weights_digest"]

@@ -35,6 +35,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "chain": ("ppm_trl.envs.chain", "ChainEnv"),
     "multi_add": ("ppm_trl.envs.multi_add", "MultiAddEnv"),
     "multi_add_any_order": ("ppm_trl.envs.multi_add_any_order", "MultiAddAnyOrderEnv"),
+    "multi_add_boxed": ("ppm_trl.envs.multi_add_boxed", "MultiAddBoxedEnv"),
     "chain_add": ("ppm_trl.envs.chain_add", "ChainAddEnv"),
 }
 
