@@ -65,11 +65,12 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/judge_throughput.py --transport both
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/judge_overlap.py --json benchmarks/results/judge_overlap.json
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/snr.py
-	@echo "Each paper's headline metric (PPM samples to target, PAPO zero-advantage rows, ARG rescue rate; see BENCHMARKS.md): make bench-evidence"
+	@echo "Each paper's headline under one protocol (PPM gap vs horizon, PAPO on multi_add_boxed, ARG vs resampling; see BENCHMARKS.md): make bench-evidence"
 
-# The learning evidence of BENCHMARKS.md: benchmarks/results/evidence/summary.json (resumes from cached runs).
+# The learning evidence of BENCHMARKS.md: benchmarks/results/evidence/summary.json. Resumes from the cached runs
+# (benchmarks/results/evidence/runs, one JSON per run); `python benchmarks/evidence.py --plan` lists what is left.
 bench-evidence: install
-	$(BIN)/python benchmarks/evidence.py --workers 2 --arg-seeds 0
+	$(BIN)/python benchmarks/evidence.py --workers 2
 
 # Smoke of every benchmark script (CI runs the same through tests/test_benchmarks_smoke.py); timings meaningless.
 bench-quick: install
