@@ -88,6 +88,9 @@ class WarmStartSettings:
 # n = 6 goes 0.03 → 0.95 over steps ~1,520-1,565); the recipe v1 probe stopped inside it at step 1,542, now a fixed
 # step count (not re-measured with recipe v2). multi_add_any_order: which labels are still to write is harder to
 # learn than a fixed order; at 1,000 steps n = 2 is solved a quarter of the time and n = 3 4 % (ARG's testbed).
+# multi_add_boxed (the defaults: 1,000 steps, 40 % wrong work lines, true sums boxed): the box is right 0.92 / 0.86 /
+# 0.72 of the time at n = 2 / 3 / 4 while each work line is right ~0.6 (PAPO's testbed: correct answers differ in
+# process).
 ENV_RECIPES: dict[str, dict] = {
     "chain_add": {"max_steps": 1542},
     "multi_add_any_order": {"max_steps": 1000},
@@ -100,6 +103,7 @@ REFERENCE_DIGESTS: dict[str, str] = {
     "514d21721410fd3d": "de1ef7979fcb6bcf",  # multi_add, seed 0 (the demo's and the benchmarks' warm start)
     "8800d578f771bf5f": "7f061df696372067",  # multi_add, seed 1 (`--sft-seed 1`: the second warm start)
     "1ebd2b6357361967": "47802c7682772986",  # multi_add_any_order, seed 0 (ARG's)
+    "9aaeb8c48f0761e6": "ec90fd750475067d",  # multi_add_boxed, seed 0 (PAPO's: true sums boxed, 40 % wrong lines)
 }
 
 
