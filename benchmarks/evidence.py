@@ -21,6 +21,8 @@ Parts:
   line-segment PPM at every horizon of `--horizons`, equal chunks too at the hardest; tuned at the hardest horizon.
   Target at horizon n: all-correct ≥ `--target-line`ⁿ (every line right with that probability). Headline: the final
   gap (line segments − GRPO) against n at T = 1 and greedy, and GRPO / PPM samples-to-target at the hardest n.
+* **ppm_robust**: the hardest-horizon comparison (GRPO vs line segments, the lrs tuned in `ppm`) again on `chain_add`,
+  whose warm start learned from clean references (its cliff is a competence limit), at the cliff of its profile.
 * **papo** (PAPO §5.3, §6, §3.2) on `multi_add_boxed`, whose outcome is the box alone, from a warm start whose box
   states the true sums while 40 % of its work lines are wrong: correct answers differ in process (programmatic
   process score = fraction of right lines). Arms: GRPO, PAPO, PAPO Fullnorm, multiplicative, and PRM-only on a
@@ -47,7 +49,7 @@ from dataclasses import asdict
 
 from common import RESULTS, markdown_table, samples_to_target
 
-from ppm_trl.demo import VARIANT_LABELS, RunSpec, format_profile, profile_warm_start, train_variant
+from ppm_trl.demo import VARIANT_LABELS, RunSpec, choose_horizons, format_profile, profile_warm_start, train_variant
 from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start
 from ppm_trl.envs import make_dataset
 
@@ -58,6 +60,7 @@ PAPO_ARMS = {"grpo": "sparse", "papo": "papo", "papo_fullnorm": "papo_fullnorm",
 ARG_ARMS = {"arg": "arg", "resampling": "resampling", "fixed_half": "fixed_prefix", "fixed_quarter": "fixed_quarter",
             "reference_insertion": "reference_insertion", "grpo": "sparse"}
 SAMPLES_PER_STEP = 64
+PARTS = ["ppm", "ppm_robust", "papo", "arg"]  # in this order: ppm_robust reads ppm's tuned lrs from the summary
 # Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (the standard table).
 T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
@@ -65,7 +68,7 @@ T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", nargs="+", choices=["ppm", "papo", "arg"], default=["ppm", "papo", "arg"])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=PARTS)
     parser.add_argument("--horizons", type=int, nargs="+", default=[2, 4, 6, 8], help="PPM's horizons n.")
     parser.add_argument("--lrs", type=float, nargs="+", default=[3e-5, 1e-4, 3e-4], help="The lr grid (≥ 3 values).")
     parser.add_argument("--lr-step", type=float, default=3.0, help="Factor by which an edge grid is extended.")
@@ -437,6 +440,49 @@ def plot_ppm(args, ppm: dict, by_n: dict, horizons: list[int]) -> None:
     plt.close(fig)
 
 
+def ppm_robust_part(args, summary: dict, tables: list[str]) -> None:
+    """PPM's hardest-horizon comparison again on `chain_add`, whose warm start learned from clean references: its
+    cliff is a competence limit (carried running values mod 10), not injected noise. GRPO and line segments at the
+    lrs tuned on multi_add (the `ppm` part must have tuned them), at the cliff that the horizon rule picks."""
+    best = summary.get("ppm", {}).get("best_lr", {})
+    if best.get("sparse") is None or best.get("lines") is None:
+        print("ppm_robust: waits for the ppm part's tuned learning rates (run --parts ppm first)", flush=True)
+        return
+    env, steps = "chain_add", args.ppm_steps
+    horizons = [1, 2] if args.quick else list(range(2, 9))
+    path, fingerprint, profile = pinned_warm_start(args, env, horizons)
+    chosen, reasons = choose_horizons({n: profile[n] for n in horizons})
+    n = 2 if args.quick else chosen["cliff"]
+    robust = {"task": env, "warm_start_fingerprint": fingerprint, "horizon_reasons": reasons, "n": n,
+              "profile": {str(k): profile[k] for k in horizons}, "reporting_seeds": args.seeds,
+              "lr": {"sparse": best["sparse"], "lines": best["lines"]}}
+    summary["ppm_robust"] = robust
+    if n is None:
+        robust["result"] = "no cliff by the horizon rule: nothing to measure"
+        return
+    runner = Runner(args, env, path)
+    specs = [spec(v, n, best[v], s, steps, args.eval_every) for v in ("sparse", "lines") for s in args.seeds]
+    runs = runner.run(specs)
+    if len(runs) < len(specs):
+        return
+    rows = []
+    for key in ("all_correct", "greedy_all_correct", "per_subproblem"):
+        finals = {v: [final(runs[(v, n, best[v], s)], key) for s in args.seeds] for v in ("sparse", "lines")}
+        gap = [a - b for a, b in zip(finals["lines"], finals["sparse"])]
+        robust[f"final_{key}"] = finals
+        robust[f"gap_{key}"] = {"per_seed": gap, "mean": t_interval(gap)[0], "ci95": t_interval(gap)[1]}
+        rows.append([key, fmt_interval(finals["sparse"]), fmt_interval(finals["lines"]), fmt_interval(gap)])
+    target = args.target_line ** n
+    reached = {v: [samples_to_target(runs[(v, n, best[v], s)]["history"], target) for s in args.seeds]
+               for v in ("sparse", "lines")}
+    robust["samples_to_target"] = reached
+    tables.append(f"### PPM robustness: {env} (clean references; warm start {fingerprint}), n = {n} by the horizon "
+                  f"rule, base all-correct {profile[n]['all_correct']:.3f}; {len(args.seeds)} reporting seeds\n\n"
+                  + markdown_table(["final metric", "GRPO", "PPM line segments", "gap (paired)"], rows)
+                  + f"\n\nSamples to {target:.3f}: GRPO {reached['sparse']}, line segments {reached['lines']} "
+                  "(None = censored)")
+
+
 # ------------------------------------------------------------------------------------------------------------ PAPO
 PAPO_ZERO_METRIC = {"sparse": "frac_reward_zero_std", "prm_only": "frac_reward_zero_std"}
 
@@ -622,9 +668,10 @@ def main(argv=None) -> dict:
                        "lrs", "lr_step", "max_extensions", "tuning_seeds", "seeds", "eval_every", "eval_size",
                        "target_line", "ppm_steps", "papo_steps", "arg_steps", "horizons", "papo_n")})
     tables: list[str] = []
-    for part in ("ppm", "papo", "arg"):
+    for part in PARTS:
         if part in args.parts:
-            {"ppm": ppm_part, "papo": papo_part, "arg": arg_part}[part](args, summary, tables)
+            {"ppm": ppm_part, "ppm_robust": ppm_robust_part, "papo": papo_part, "arg": arg_part}[part](
+                args, summary, tables)
     if PENDING:
         print(f"{len(PENDING)} run(s) of the next step not trained yet (later steps depend on them):\n  "
               + "\n  ".join(PENDING), flush=True)

@@ -153,6 +153,8 @@ def test_evidence_quick_writes_the_summary_with_the_issue_shape(tmp_path):
     assert {r["eval_role"] for r in runs if r["spec"]["seed"] == 100} == {"tune"}
     assert {r["eval_role"] for r in runs if r["spec"]["seed"] in (0, 1)} == {"report"}
     assert all("greedy_all_correct" in r["history"][-1] for r in runs)
+    robust = summary["ppm_robust"]
+    assert robust["task"] == "chain_add" and set(robust["gap_all_correct"]) >= {"mean", "ci95", "per_seed"}
     papo = summary["papo"]
     assert papo["task"] == "multi_add_boxed"
     arms = {"grpo", "papo", "papo_fullnorm", "papo_mult", "prm_only"}
