@@ -54,8 +54,8 @@ class RunSpec:
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.n < 1 or self.max_steps < 1 or self.eval_every < 1 or self.pass_k < 0:
-            raise ValueError(f"n, max_steps and eval_every must be >= 1, got {self.n}, {self.max_steps}, "
-                             f"{self.eval_every}")
+            raise ValueError(f"n, max_steps and eval_every must be >= 1 and pass_k >= 0, got {self.n}, "
+                             f"{self.max_steps}, {self.eval_every}, {self.pass_k}")
 
     @property
     def samples_per_step(self) -> int:

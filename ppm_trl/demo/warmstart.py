@@ -345,5 +345,5 @@ def evaluate_pass_at_k(model, tokenizer, dataset, max_new_tokens: int, k: int, s
 
 
 __all__ = ["ENV_RECIPES", "REFERENCE_DIGESTS", "WarmStartSettings", "completion_budget", "default_cache_root",
-           "deterministic_cpu", "evaluate_pass_at_k", "evaluate_policy", "load_policy", "read_manifest", "reference_check", "sft_dataset",
-           "warm_start", "weights_digest"]
+           "deterministic_cpu", "evaluate_pass_at_k", "evaluate_policy", "load_policy", "read_manifest",
+           "reference_check", "sft_dataset", "warm_start", "weights_digest"]
