@@ -11,9 +11,20 @@ import asyncio
 import signal
 import sys
 import threading
+import time
 
 from ppm_trl.judge import loop as judge_loop
 from ppm_trl.prepare import PrepareInterrupted, _run_interruptibly
+
+
+def main_thread_waits_in(*functions: str) -> bool:
+    """Whether the main thread's stack is inside each of `functions` (by name) right now."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    names = set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return names.issuperset(functions)
 
 
 def main() -> int:
@@ -26,7 +37,12 @@ def main() -> int:
         state["finished"] = True
 
     def interrupt_from_the_loop_thread():
+        # Only once the main thread waits on the future: a SIGINT while it is still scheduling the work (the loop
+        # may start it before `run_coroutine_threadsafe` returns) is a plain KeyboardInterrupt, not this case.
         state["started"].wait(60)
+        deadline = time.monotonic() + 60
+        while not main_thread_waits_in("_run_interruptibly", "result") and time.monotonic() < deadline:
+            time.sleep(0.01)
         signal.pthread_kill(thread.ident, signal.SIGINT)
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a parent may have left SIGINT ignored
