@@ -605,10 +605,9 @@ class LiteLLMJudge(JudgeTasks):
     def spent(self) -> dict[str, float]:
         """What this process's judge has used so far: cost in USD (priced answers only); tokens (an estimate for
         answers whose server reported no usage); answers with usage but no price; answers without usage."""
-        stats = self.stats.snapshot()
-        return {"cost_usd": stats["cost"],
-                "tokens": stats["prompt_tokens"] + stats["completion_tokens"] + stats["estimated_tokens"],
-                "unpriced": stats["cost_unknown"] - stats["usage_unknown"], "usage_unknown": stats["usage_unknown"]}
+        stats = self.stats  # counters only: `snapshot()` would sort the latencies on every check
+        return {"cost_usd": stats.cost, "tokens": stats.prompt_tokens + stats.completion_tokens + stats.estimated_tokens,
+                "unpriced": stats.cost_unknown - stats.usage_unknown, "usage_unknown": stats.usage_unknown}
 
     def budget_exhausted(self, cost_usd: float | None = None, tokens: float | None = None,
                          unpriced: float | None = None, usage_unknown: float | None = None) -> str | None:
