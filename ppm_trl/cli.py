@@ -332,7 +332,11 @@ def load_train_dataset(script_args):
         if kind is None:
             raise UsageError(f"cannot read {name!r}; accepted files: .jsonl .json .parquet .csv")
         check_data_file(name)
-        dataset = datasets.load_dataset(kind, data_files=name, split="train")
+        try:
+            dataset = datasets.load_dataset(kind, data_files=name, split="train")
+        except ValueError as error:  # e.g. lines of `{}` or a `[]` file: datasets' message names no file
+            raise UsageError(f"data file {name!r} holds no rows with columns ({_first_line(error)}); each row needs the "
+                             "dataset's columns (in a .jsonl file: one JSON object with them per line)") from None
     else:
         dataset = load_hub_dataset(name, script_args.dataset_config, script_args.dataset_train_split)
     if len(dataset) == 0:

@@ -108,6 +108,7 @@ def map_columns(dataset, problem_column: str | None = None, answer_column: str |
                          ("--reference_column", reference_column)):
         if column is not None and column not in columns:
             raise ValueError(f"{flag} {column!r} is not a column of {source}; its columns are {columns}")
+    check_flags_on_prepared_data(columns, problem_column, answer_column, reference_column, source)
     # Read every source column before writing any: `--reference_column answer` + the `answer` gold both read `answer`.
     new: dict[str, list] = {}
     report: list[str] = []
@@ -156,6 +157,39 @@ def map_columns(dataset, problem_column: str | None = None, answer_column: str |
             dataset = dataset.remove_columns(column)
         dataset = dataset.add_column(column, values)
     return dataset, report
+
+
+# What `ppm-trl prepare` writes in each column (the input's own columns of those names are kept as `original_*`).
+PREPARED_COLUMNS = {"prompt": "the problems as chat prompts", "answer": "the gold final answers",
+                    "reference": "the worked solutions"}
+# Each column flag's own column, and the prepared columns it may name (`--answer_column reference` reads each worked
+# solution's last \boxed{}: the gold answer).
+_FLAG_COLUMN = {"--problem_column": "prompt", "--answer_column": "answer", "--reference_column": "reference"}
+_FLAG_READS = {"--problem_column": ("prompt",), "--answer_column": ("answer", "reference"),
+               "--reference_column": ("reference",)}
+
+
+def is_prepared(columns: Sequence[str]) -> bool:
+    """A dataset written by `ppm-trl prepare`: its reasoning points and graph next to the columns it writes."""
+    return {"reasoning_points", "reasoning_graph", *PREPARED_COLUMNS} <= set(columns)
+
+
+def check_flags_on_prepared_data(columns: Sequence[str], problem_column: str | None, answer_column: str | None,
+                                 reference_column: str | None, source: str) -> None:
+    """On prepared data, a column flag that names a prepared column of another role (`--reference_column answer`:
+    `answer` now holds the gold answers, not solutions) is a ValueError naming the flag and the user's column —
+    not a later error about the column it was copied into."""
+    if not is_prepared(columns):
+        return
+    for flag, column in (("--problem_column", problem_column), ("--answer_column", answer_column),
+                         ("--reference_column", reference_column)):
+        if column in PREPARED_COLUMNS and column not in _FLAG_READS[flag]:
+            role, kept = _FLAG_COLUMN[flag], f"original_{column}"
+            raise ValueError(
+                f"{flag} {column!r}: {source} was written by `ppm-trl prepare`, so its column {column!r} holds "
+                f"{PREPARED_COLUMNS[column]}, and {PREPARED_COLUMNS[role]} are in {role!r}, read without a flag: drop "
+                f"{flag}" + (f" (your input's own {column!r} column is kept as {kept!r}: name that)"
+                             if kept in columns else ""))
 
 
 def _replies(values: list, column: str) -> list:

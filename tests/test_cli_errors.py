@@ -442,3 +442,49 @@ def test_litellm_reads_its_local_price_map_when_offline():
                             text=True, timeout=300)
     assert result.stdout.strip() == "True", result.stderr[-2000:]
     assert "Failed to fetch remote model cost map" not in result.stderr
+
+
+@pytest.mark.parametrize("name,content", [("rows.jsonl", "{}\n{}\n"), ("rows.json", "[]")])
+def test_eval_of_a_data_file_without_rows_names_the_file(tmp_path, capsys, name, content):
+    """datasets says only 'Instruction "train" corresponds to no data!' (issue 34 item 5)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # enough for the model check, which comes first
+    data = tmp_path / name
+    data.write_text(content)
+    err = _fails(capsys, "eval", "--model", str(model), "--dataset_name", str(data))
+    assert f"data file '{data}' holds no rows with columns" in err
+
+
+def _prepared_dataset(path, **extra):
+    import datasets
+
+    rows = {"prompt": [[{"role": "user", "content": "What is 2 + 3?"}]], "answer": ["5"],
+            "reference": ["2 + 3 = 5, so \\boxed{5}."], "reasoning_points": [["adds 2 and 3"]],
+            "reasoning_graph": [[{"if_all": [], "makes_obsolete": []}]], **extra}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(path))
+    return path
+
+
+def test_a_column_flag_on_prepared_data_names_the_users_column(tmp_path, capsys):
+    """`answer` of a prepared dataset holds the gold answers: as `--reference_column` it was copied to `reference`,
+    and ARG's check then blamed column `reference`, which the user never named (issue 34 item 5)."""
+    data = _prepared_dataset(tmp_path / "prepared", original_answer=["2 + 3 = 5.\n#### 5"])
+    err = _fails(capsys, "train", "--config", str(_config(tmp_path, dataset_name=str(data))),
+                 "--reference_column", "answer")
+    assert ("error: --reference_column 'answer': " + str(data) + " was written by `ppm-trl prepare`, so its column "
+            "'answer' holds the gold final answers, and the worked solutions are in 'reference', read without a flag: "
+            "drop --reference_column (your input's own 'answer' column is kept as 'original_answer': name that)") in err
+
+
+def test_column_flags_that_fit_prepared_data_still_work(tmp_path):
+    from ppm_trl.columns import map_columns
+
+    data = _prepared_dataset(tmp_path / "prepared", original_answer=["2 + 3 = 5.\n#### 5"])
+    import datasets
+
+    dataset = datasets.load_from_disk(str(data))
+    mapped, _ = map_columns(dataset, answer_column="reference", reference_column="original_answer")
+    assert mapped["answer"] == ["5"] and mapped["reference"] == ["2 + 3 = 5.\n\\boxed{5}"]
+    with pytest.raises(ValueError, match=r"^--problem_column 'reference': .* holds the worked solutions"):
+        map_columns(dataset, problem_column="reference")

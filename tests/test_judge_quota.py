@@ -117,12 +117,12 @@ def test_a_server_pause_holds_waiting_and_later_requests_with_a_fake_clock():
 
 
 @pytest.mark.parametrize("text,seconds", [("1", 1.0), ("1.5", 1.5), ("20ms", 0.02), ("6m0s", 360.0),
-                                          ("1h2m3.5s", 3723.5), ("0s", 0.0), ("-3", 0.0)])
+                                          ("1h2m3.5s", 3723.5), ("0s", 0.0)])
 def test_reset_durations_as_servers_write_them(text, seconds):
     assert duration_seconds(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "soon", "5x", "1s2", "m", "1 s"])
+@pytest.mark.parametrize("text", ["", "soon", "5x", "1s2", "m", "1 s", "-3", "nan", "inf", "-inf", "1e400"])
 def test_unreadable_reset_durations_are_ignored(text):
     assert duration_seconds(text) is None
 

@@ -27,8 +27,10 @@ class JudgeBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         spent = self.judge.spent()
-        cost_usd, tokens, unpriced = summed_over_processes([spent["cost_usd"], spent["tokens"], spent["unpriced"]])
-        reason = self.judge.budget_exhausted(cost_usd=cost_usd, tokens=tokens, unpriced=unpriced)
+        cost_usd, tokens, unpriced, usage_unknown = summed_over_processes(
+            [spent["cost_usd"], spent["tokens"], spent["unpriced"], spent["usage_unknown"]])
+        reason = self.judge.budget_exhausted(cost_usd=cost_usd, tokens=tokens, unpriced=unpriced,
+                                             usage_unknown=usage_unknown)
         if reason is None or self.stopped is not None:
             return control
         saving = getattr(args, "save_strategy", "no") != "no"  # SaveStrategy is a str enum

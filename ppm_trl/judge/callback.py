@@ -34,7 +34,7 @@ from transformers import TrainerCallback
 from .quarantine import QUARANTINE_FILE, RowQuarantine, install_quarantine, merge_attempts
 
 LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost",
-          "usage_unknown", "cache_rejected", "cache_write_failures", "quarantined", "throttled",
+          "usage_unknown", "usage_clamped", "cache_rejected", "cache_write_failures", "quarantined", "throttled",
           "rate_limit_wait_s", "shared_across_processes")
 
 

@@ -7,6 +7,11 @@ answer from the cache; if the first process got no answer (unscorable), the seco
 Ranks of one `accelerate launch` share `<output_dir>/judge_cache` by default, so a rollout that two ranks both
 have (common with short answers) is judged once. Processes on different machines share only through a cache
 directory on a shared file system with working locks; elsewhere each machine judges its own copy.
+
+A holder that never finishes (hung, or stopped with SIGSTOP: its OS lock stays held) is waited for at most
+`max_wait_seconds` — the judge passes the longest its own request may take (`limits.longest_wait_seconds`) —
+then the waiter sends the request itself. The judge claims a key only when the request is about to be sent, so
+the locks held at once are bounded by its concurrency, not by the requests queued.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 
 import filelock
 
@@ -21,9 +27,14 @@ import filelock
 class KeyClaims:
     """`await claim(key)` → (lock held by this process, whether another process held it first)."""
 
-    def __init__(self, directory: str | os.PathLike, poll_seconds: float = 0.05, max_wait_seconds: float = 600.0):
+    def __init__(self, directory: str | os.PathLike, poll_seconds: float = 0.05, max_wait_seconds: float = 600.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        if not max_wait_seconds >= 0:  # nan would wait forever
+            raise ValueError(f"max_wait_seconds must be >= 0, got {max_wait_seconds!r}")
         self.directory = os.path.join(os.fspath(directory), "claims")
         self.poll_seconds, self.max_wait_seconds = poll_seconds, max_wait_seconds
+        self.clock, self.sleep = clock, sleep  # injectable: the wait is tested on a fake clock
 
     def _lock(self, key: str) -> filelock.BaseFileLock:
         shard = os.path.join(self.directory, key[:2])
@@ -37,16 +48,16 @@ class KeyClaims:
             lock = self._lock(key)
         except OSError:
             return None, False
-        waited, deadline = False, time.monotonic() + self.max_wait_seconds
+        waited, deadline = False, self.clock() + self.max_wait_seconds
         while True:
             try:
                 lock.acquire()
                 return lock, waited
             except filelock.Timeout:
-                if time.monotonic() > deadline:
+                if self.clock() >= deadline:
                     return None, waited
                 waited = True
-                await asyncio.sleep(self.poll_seconds)
+                await self.sleep(min(self.poll_seconds, max(deadline - self.clock(), 0.0)))
             except OSError:
                 return None, waited
 

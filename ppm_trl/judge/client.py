@@ -38,11 +38,23 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from ppm_trl.judge import loop as shared_loop
 from ppm_trl.judge.cache import CacheWriter, ResponseCache, request_fingerprint, request_key
 from ppm_trl.judge.claims import KeyClaims
-from ppm_trl.judge.limits import RateLimiter, estimate_tokens, exhausted_for, process_count, process_share
+from ppm_trl.judge.limits import (
+    RateLimiter,
+    clamped_usage,
+    estimate_tokens,
+    exhausted_for,
+    longest_wait_seconds,
+    process_count,
+    process_share,
+    server_seconds,
+    usage_bounds,
+    used_tokens_estimate,
+)
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import REQUEST_ERROR, UNREADABLE, JudgeFailure, JudgeTasks, Parser, with_nonce
 from ppm_trl.judge.transport import (
@@ -100,9 +112,39 @@ def redact(text: str) -> str:
     return _BEARER.sub(r"\1***", text)
 
 
+def printable(text: str) -> str:
+    """`text` as one line a terminal shows but never acts on: control characters (escape sequences' ESC, line
+    breaks that could forge a `ppm-trl prepare:` line, tabs), bidi overrides and other non-printable characters
+    are written as their Python escapes (`\\x1b`, `\\n`, `\\u202e`). For judge error text from a server."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def shown_error(text: str, limit: int = 300) -> str:
+    """Judge error text as logged, raised and printed: credentials masked, cut to `limit`, printable."""
+    return printable(redact(text)[:limit])
+
+
+def api_base_credentials(api_base: str) -> str | None:
+    """What in `api_base` is a credential (`user:password@`, a `?key=` / `?api_key=` / `?token=` parameter), or
+    None. Refused rather than redacted: api_base goes into every cache entry's fingerprint, `config()`, `repr`, the
+    model card and error messages, and the key has a place of its own (the environment)."""
+    try:
+        parts = urlsplit(api_base)
+    except ValueError:
+        return None  # not a URL at all: the transport says so
+    if parts.username is not None or parts.password is not None:
+        return "a user:password@ part"
+    names = sorted({name for name, _ in parse_qsl(parts.query, keep_blank_values=True)
+                    if _CREDENTIAL_ARGUMENT.search(name) or name.lower() in ("token", "access_token", "sig")})
+    return f"query parameter(s) {names}" if names else None
+
+
 def _retry_after_seconds(error: BaseException) -> float | None:
     """The server's `retry-after-ms` / `Retry-After` (seconds or HTTP date) header of a failed attempt, if any
-    (as asked: `LiteLLMJudge._backoff` caps it)."""
+    (as asked: `LiteLLMJudge._backoff` caps it). A value that is not a finite number >= 0 (`nan`, `inf`, `-1`) is
+    no value: `nan` would pass every `min()` cap."""
     headers = (
         getattr(error, "litellm_response_headers", None)
         or getattr(error, "headers", None)
@@ -110,19 +152,19 @@ def _retry_after_seconds(error: BaseException) -> float | None:
     )
     if not headers:
         return None
-    lowered = {str(k).lower(): str(v) for k, v in dict(headers).items()}
     try:
-        if "retry-after-ms" in lowered:
-            return max(float(lowered["retry-after-ms"]) / 1000.0, 0.0)
-        if "retry-after" in lowered:
-            value = lowered["retry-after"]
-            try:
-                return max(float(value), 0.0)
-            except ValueError:
-                return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
-    except (TypeError, ValueError, OverflowError):
+        lowered = {str(k).lower(): str(v) for k, v in dict(headers).items()}
+    except (TypeError, ValueError):
         return None
-    return None
+    if server_seconds(lowered.get("retry-after-ms"), 0.001) is not None:
+        return server_seconds(lowered["retry-after-ms"], 0.001)
+    value = lowered.get("retry-after")
+    if value is None or server_seconds(value) is not None:
+        return server_seconds(value)
+    try:  # an HTTP date; one in the past means "now"
+        return max(email.utils.parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None
 
 
 def _causes(error: BaseException) -> list[BaseException]:
@@ -247,6 +289,14 @@ class LiteLLMJudge(JudgeTasks):
                 f"credential argument(s) {refused} refused: API keys come from the environment only. Set the "
                 "provider's variable (OPENAI_API_KEY, GEMINI_API_KEY, ...) or name one with api_key_env='MY_KEY'."
             )
+        if api_base is not None and not isinstance(api_base, str):
+            raise ValueError(f"api_base must be a URL string such as 'http://127.0.0.1:8000/v1', got {api_base!r}")
+        credentials = None if api_base is None else api_base_credentials(api_base)
+        if credentials is not None:  # the URL is not shown: it holds the secret
+            raise ValueError(
+                f"api_base carries credentials ({credentials}) and is refused: it would be written into every judge "
+                "cache entry, config(), logs and errors. Give the URL without them and put the key in the environment "
+                "(the provider's variable, e.g. OPENAI_API_KEY, or one named by api_key_env).")
         if api_key_env is not None and not os.environ.get(api_key_env):
             raise ValueError(f"api_key_env={api_key_env!r} names an environment variable that is not set")
         if transport not in TRANSPORTS:
@@ -280,8 +330,6 @@ class LiteLLMJudge(JudgeTasks):
         self.stats = JudgeStats()
         processes = self.processes or process_count()
         self.process_concurrency = max(1, self.max_concurrency // processes)
-        self._limiter = RateLimiter(process_share(self.max_rpm, processes), process_share(self.max_tpm, processes),
-                                    self.burst_seconds)
         self._inflight: dict[str, asyncio.Future] = {}  # key -> the answer of a request being sent by any batch
         if self.api_key_env is not None:
             _key_variables.add(self.api_key_env)  # so that `redact` masks its value whatever its name
@@ -290,8 +338,14 @@ class LiteLLMJudge(JudgeTasks):
             on_write_error=lambda: self.stats.add(cache_write_failures=1),
         )
         self._cache_writer = None if self._cache is None else CacheWriter(self._cache)
-        self._claims = None if self._cache is None else KeyClaims(self.cache_dir)
+        # No wait of this judge (rate limits, a server's pause, another process's claim) outlasts one whole request.
+        self.longest_wait_seconds = longest_wait_seconds(self.timeout, self.num_retries + 1)
+        self._limiter = RateLimiter(process_share(self.max_rpm, processes), process_share(self.max_tpm, processes),
+                                    self.burst_seconds, max_wait_seconds=self.longest_wait_seconds)
+        self._claims = None if self._cache is None else KeyClaims(self.cache_dir,
+                                                                  max_wait_seconds=self.longest_wait_seconds)
         self._semaphore: asyncio.Semaphore | None = None
+        self._claim_slots: asyncio.Semaphore | None = None  # requests holding a claim lock: see `_answer`
         self._fingerprints: dict[str, dict[str, Any]] = {}  # key -> request fingerprint, while its batch runs
         self._semaphore_loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random()
@@ -334,7 +388,7 @@ class LiteLLMJudge(JudgeTasks):
             key = f"key variable {variable} is {'set' if os.environ.get(variable) else 'NOT set'}"
             if not os.environ.get(variable) and self.model.startswith(("openai/", "hosted_vllm/")) and self.api_base:
                 key += " (needed only if this server asks for a key)"
-        detail = redact(f"{type(error).__name__}: {error}")[:300]
+        detail = shown_error(f"{type(error).__name__}: {error}")
         return JudgeConfigurationError(
             f"judge model {self.model!r} at api_base={self.api_base or '(provider default)'} cannot be used: {hint} "
             f"{f'(HTTP {status})' if status is not None else '(no connection)'}; {key}. {detail}"
@@ -369,7 +423,8 @@ class LiteLLMJudge(JudgeTasks):
     def __getstate__(self) -> dict[str, Any]:
         # Runtime objects cannot cross a pickle/deepcopy; they are rebuilt (stats start afresh).
         runtime = {"stats", "_cache", "_cache_writer", "_claims", "_semaphore", "_semaphore_loop", "_rng",
-                   "_transport", "_cache_params", "_limiter", "_inflight", "process_concurrency"}
+                   "_transport", "_cache_params", "_limiter", "_inflight", "process_concurrency", "_claim_slots",
+                   "longest_wait_seconds"}
         return {k: v for k, v in self.__dict__.items() if k not in runtime}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -396,23 +451,47 @@ class LiteLLMJudge(JudgeTasks):
         """What the cache key hashes and a cache entry stores (see `cache.py`)."""
         return request_fingerprint(self.model, self.api_base, self.transport, messages, self._cache_params)
 
+    def _server_wait_cap(self) -> float:
+        """The longest a server's Retry-After or rate-limit reset is honoured at once: `backoff_max`, at most one
+        attempt's `timeout`."""
+        return min(self.backoff_max, self.timeout)
+
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Seconds before the next attempt: the server's Retry-After if it sent one, else exponential back-off with
         jitter; never more than `backoff_max` nor one attempt's `timeout` (a server asking for an hour, or for a
         date decades ahead, is retried after the cap and the item fails when retries run out: no hang)."""
-        cap = min(self.backoff_max, self.timeout)
+        cap = self._server_wait_cap()
         if retry_after is not None:
             return min(retry_after * self._rng.uniform(1.0, 1.1), cap)  # de-synchronise the herd a bit
         ceiling = min(cap, self.backoff_base * 2**attempt)
         return self._rng.uniform(ceiling / 2, ceiling)
 
-    def _account(self, reply) -> None:
+    def _max_tokens(self) -> int | None:
+        return self.litellm_kwargs.get("max_completion_tokens") or self.litellm_kwargs.get("max_tokens")
+
+    def _bounded_usage(self, reply, messages: list[dict[str, str]]) -> None:
+        """Clamp a reply's usage to what its request could have produced (`limits.usage_bounds`), re-priced and
+        counted in `usage_clamped`: a server claiming 10^9 tokens must neither stall the token bucket for a day
+        nor spend the budget at once."""
+        if not reply.usage_known:
+            return
+        prompt, completion, clamped = clamped_usage(reply.prompt_tokens, reply.completion_tokens,
+                                                    usage_bounds(messages, self._max_tokens()))
+        if clamped:
+            reply.prompt_tokens, reply.completion_tokens = prompt, completion
+            pricing = getattr(self._transport, "pricing", None)
+            reply.cost = None if reply.cost is None or pricing is None else pricing.cost(prompt, completion)
+            self.stats.add(usage_clamped=1)
+
+    def _account(self, reply, messages: list[dict[str, str]]) -> None:
         self.stats.add(
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
             cost=reply.cost or 0.0,
             cost_unknown=int(reply.cost is None),
             usage_unknown=int(not reply.usage_known),
+            # A server that reports no usage still spends tokens: the token budget counts an estimate of them.
+            estimated_tokens=0 if reply.usage_known else used_tokens_estimate(messages, reply.text),
         )
 
     def _cached(self, key: str, parse: Parser) -> Any:
@@ -429,26 +508,40 @@ class LiteLLMJudge(JudgeTasks):
                 return parsed
         if self._claims is None:
             return await self._send(key, messages, parse, writes)
-        lock, waited = await self._claims.claim(key)
-        if waited:  # another process sent it meanwhile: its answer is on disk unless it got none
-            parsed = self._cached(key, parse)
-            if parsed is not None:
-                KeyClaims.release(lock)
-                self.stats.add(cache_hits=1, shared_across_processes=1)
-                return parsed
-        mine: list[asyncio.Future] = []  # this request's cache write, if it gets an answer
-        try:
-            return await self._send(key, messages, parse, mine)
-        finally:
-            writes.extend(mine)
-            if mine:  # keep the claim until the answer is on disk for the other processes
-                mine[-1].add_done_callback(lambda _: KeyClaims.release(lock))
-            else:
-                KeyClaims.release(lock)
+        # A claim is an open lock file: only requests about to be sent hold one (at most the process's concurrency),
+        # never the thousands queued behind them (3,000 held claims ran out of file descriptors for cache writes).
+        async with self._loop_semaphores()[1]:
+            lock, waited = await self._claims.claim(key)
+            if waited:  # another process sent it meanwhile: its answer is on disk unless it got none
+                parsed = self._cached(key, parse)
+                if parsed is not None:
+                    KeyClaims.release(lock)
+                    self.stats.add(cache_hits=1, shared_across_processes=1)
+                    return parsed
+            mine: list[asyncio.Future] = []  # this request's cache write, if it gets an answer
+            try:
+                return await self._send(key, messages, parse, mine)
+            finally:
+                writes.extend(mine)
+                if mine:  # keep the claim until the answer is on disk for the other processes
+                    mine[-1].add_done_callback(lambda _: KeyClaims.release(lock))
+                else:
+                    KeyClaims.release(lock)
+
+    def _loop_semaphores(self) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
+        """(attempts in flight, requests holding a claim), each `process_concurrency`, made for the running loop
+        (first use, or a new loop after a fork)."""
+        running = asyncio.get_running_loop()
+        if self._semaphore_loop is not running:
+            self._semaphore = asyncio.Semaphore(self.process_concurrency)
+            self._claim_slots = asyncio.Semaphore(self.process_concurrency)
+            self._semaphore_loop = running
+        return self._semaphore, self._claim_slots
 
     async def _attempt(self, messages: list[dict[str, str]]) -> tuple[Any, BaseException | None, float]:
         """One attempt within the process's concurrency, request rate and token rate: (reply, error, sent at)."""
-        estimate = estimate_tokens(messages, self.litellm_kwargs.get("max_tokens")) if self._limiter.active else 0
+        estimate = self._limiter.token_reservation(estimate_tokens(messages, self._max_tokens())) \
+            if self._limiter.active else 0
         async with self._semaphore:
             waited = await self._limiter.acquire(estimate)
             if waited > 0:
@@ -462,20 +555,19 @@ class LiteLLMJudge(JudgeTasks):
                     self.stats.add(throttled=1)
                     retry_after = _retry_after_seconds(caught)
                     if retry_after is not None:  # the server's word holds for every request of this process
-                        self._limiter.pause_until(self._limiter.clock() + min(retry_after, self.backoff_max))
+                        self._limiter.pause_until(self._limiter.clock() + min(retry_after, self._server_wait_cap()))
                 return None, caught, sent
+        self._bounded_usage(reply, messages)
         if reply.usage_known:
             self._limiter.settle(estimate, reply.prompt_tokens + reply.completion_tokens)
         exhausted = exhausted_for(reply.headers or {})
         if exhausted is not None:
-            self._limiter.pause_until(self._limiter.clock() + min(exhausted, self.backoff_max))
+            self._limiter.pause_until(self._limiter.clock() + min(exhausted, self._server_wait_cap()))
         return reply, None, sent
 
     async def _send(self, key: str, messages: list[dict[str, str]], parse: Parser, writes: list) -> Any:
         """The API with retries; a new answer is queued for the cache and its write's future goes to `writes`."""
-        running = asyncio.get_running_loop()
-        if self._semaphore_loop is not running:  # first use, or a new loop after a fork
-            self._semaphore, self._semaphore_loop = asyncio.Semaphore(self.process_concurrency), running
+        self._loop_semaphores()
         self.stats.add(calls=1)
         started = None  # latency = first attempt sent → answer; waits for a slot or the rate limit excluded
         for attempt in range(self.num_retries + 1):
@@ -490,11 +582,11 @@ class LiteLLMJudge(JudgeTasks):
                 if verdict == "fail" or attempt == self.num_retries:
                     status = getattr(error, "status_code", None)
                     reason = (f"{type(error).__name__}{f' (HTTP {status})' if status else ''}: "
-                              f"{redact(str(error))[:300] or f'no answer within {self.timeout:g} s'}")
+                              f"{shown_error(str(error)) or f'no answer within {self.timeout:g} s'}")
                     return self._give_up(started, attempt + 1, reason, REQUEST_ERROR)
                 await asyncio.sleep(self._backoff(attempt, _retry_after_seconds(error)))
                 continue
-            self._account(reply)
+            self._account(reply, messages)
             parsed = None if reply.text is None else parse(reply.text)
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
@@ -511,24 +603,35 @@ class LiteLLMJudge(JudgeTasks):
 
     # ----------------------------------------------------------------------------------------- budget
     def spent(self) -> dict[str, float]:
-        """What this process's judge has used so far: cost in USD (priced answers only) and tokens."""
-        return {"cost_usd": self.stats.cost, "tokens": self.stats.prompt_tokens + self.stats.completion_tokens,
-                "unpriced": self.stats.cost_unknown}
+        """What this process's judge has used so far: cost in USD (priced answers only); tokens (an estimate for
+        answers whose server reported no usage); answers with usage but no price; answers without usage."""
+        stats = self.stats  # counters only: `snapshot()` would sort the latencies on every check
+        return {"cost_usd": stats.cost, "tokens": stats.prompt_tokens + stats.completion_tokens + stats.estimated_tokens,
+                "unpriced": stats.cost_unknown - stats.usage_unknown, "usage_unknown": stats.usage_unknown}
 
     def budget_exhausted(self, cost_usd: float | None = None, tokens: float | None = None,
-                         unpriced: float | None = None) -> str | None:
+                         unpriced: float | None = None, usage_unknown: float | None = None) -> str | None:
         """Why the budget is spent (None while it is not), for the given totals (default: this process's)."""
         spent = self.spent()
         cost_usd = spent["cost_usd"] if cost_usd is None else cost_usd
         tokens = spent["tokens"] if tokens is None else tokens
         unpriced = spent["unpriced"] if unpriced is None else unpriced
+        usage_unknown = spent["usage_unknown"] if usage_unknown is None else usage_unknown
+        where = f"the server at {self.api_base}" if self.api_base else f"the provider of {self.model!r}"
         if self.max_total_tokens is not None and tokens >= self.max_total_tokens:
             return (f"the judge used {tokens:,.0f} tokens, reaching its budget max_total_tokens="
-                    f"{self.max_total_tokens:,} (judge_max_total_tokens)")
+                    f"{self.max_total_tokens:,} (judge_max_total_tokens)"
+                    + (f"; {usage_unknown:,.0f} answers carried no token usage ({where} does not report it), their "
+                       "tokens are estimated from the text (~4 characters a token)" if usage_unknown else ""))
         if self.max_cost_usd is not None:
             if cost_usd >= self.max_cost_usd:
                 return (f"the judge cost ${cost_usd:.4f}, reaching its budget max_cost_usd=${self.max_cost_usd:g} "
                         "(judge_max_cost_usd)")
+            if usage_unknown:  # no token counts, so nothing to price: not a gap in LiteLLM's price table
+                return (f"{usage_unknown:,.0f} judge answers carried no token usage ({where} does not report it), so "
+                        "a cost budget (judge_max_cost_usd) cannot be kept: set a token budget "
+                        "(judge_max_total_tokens) instead, which counts such answers by an estimate from their text, "
+                        "or use a server that reports usage")
             if unpriced:
                 return (f"{unpriced:,.0f} judge answers could not be priced (LiteLLM has no price for model "
                         f"{self.model!r}), so a cost budget (judge_max_cost_usd) cannot be kept: set a token budget "
@@ -577,7 +680,7 @@ class LiteLLMJudge(JudgeTasks):
                 raise self._configuration_error(error) from None
             if _classify(error) == "fatal":
                 raise self._configuration_error(error) from None
-            problem = redact(f"{type(error).__name__}: {error}")[:300]
+            problem = shown_error(f"{type(error).__name__}: {error}")
             logger.warning("judge probe of %r at %s failed (training continues; requests will be retried): %s",
                            self.model, self.api_base or "the provider", problem)
             return problem

@@ -158,6 +158,8 @@ class LiteLLMTransport:
         prompt_tokens, completion_tokens, usage_known = token_counts(
             getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
         )
+        if prompt_tokens == completion_tokens == 0:  # LiteLLM's stand-in for a server that sent no usage: a
+            usage_known = False  # request with a prompt always counts prompt tokens
         cost = None
         if usage_known:
             cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
