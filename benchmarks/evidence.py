@@ -243,12 +243,24 @@ def spec(variant: str, n: int, lr: float, seed: int, steps: int, eval_every: int
                    pass_k=pass_k)
 
 
-def tune(args, runner: Runner, variants: list[str], n: int, steps: int) -> dict:
+def outcome_score(result: dict) -> tuple[float, float]:
+    """What a variant is tuned for: final all-correct at T = 1, ties broken by per-sub-problem accuracy."""
+    return final(result), final(result, "per_subproblem")
+
+
+def own_reward_score(result: dict) -> tuple[float, float]:
+    """The PRM-only arm is tuned for what it optimises, its own reward (last logging window): an arm tuned for the
+    accuracy it is meant to show losing would be tuned not to train (the grid table shows its accuracy at every lr)."""
+    return logged_series(result, "rewards/shown_work_reward/mean")[-1][1], final(result)
+
+
+def tune(args, runner: Runner, variants: list[str], n: int, steps: int, scores: dict | None = None) -> dict:
     """Each variant's best lr at horizon n over the tuning seeds, extending a grid whose best is at an edge.
 
     Returns {variant: {"best": lr | None, "grid": {lr: {"per_seed": [...], "mean": ..., "per_sub": ...}},
     "at_edge": bool}}; "best" is None while a grid cell is not trained (`--plan`). The grids of all variants are
-    trained together, one extension round at a time."""
+    trained together, one extension round at a time. `scores[variant]` (default `outcome_score`) ranks a run."""
+    scores = scores or {}
     grids = {variant: sorted(args.lrs) for variant in variants}
     out, open_ = {}, list(variants)
     for _ in range(args.max_extensions + 1):
@@ -260,12 +272,14 @@ def tune(args, runner: Runner, variants: list[str], n: int, steps: int) -> dict:
             for lr in lrs:
                 cell = [runs[(variant, n, lr, s)] for s in args.tuning_seeds if (variant, n, lr, s) in runs]
                 if len(cell) == len(args.tuning_seeds):
+                    ranked = [scores.get(variant, outcome_score)(r) for r in cell]
                     grid[lr] = {"per_seed": [final(r) for r in cell], "mean": statistics.fmean(final(r) for r in cell),
-                                "per_sub": statistics.fmean(final(r, "per_subproblem") for r in cell)}
+                                "per_sub": statistics.fmean(final(r, "per_subproblem") for r in cell),
+                                "score": [statistics.fmean(column) for column in zip(*ranked)]}
             if len(grid) < len(lrs):
                 out[variant] = {"best": None, "grid": grid, "at_edge": None}
                 continue
-            best = max(lrs, key=lambda lr: (grid[lr]["mean"], grid[lr]["per_sub"]))
+            best = max(lrs, key=lambda lr: grid[lr]["score"])
             out[variant] = {"best": best, "grid": grid, "at_edge": best in (lrs[0], lrs[-1])}
             if best == lrs[0]:
                 grids[variant] = [float(f"{lrs[0] / args.lr_step:.3g}")] + lrs
@@ -285,10 +299,10 @@ def grid_table(title: str, tuned: dict, n: int) -> str:
     for variant, info in tuned.items():
         for lr, cell in sorted(info["grid"].items()):
             rows.append([VARIANT_LABELS[variant], f"{lr:g}", " ".join(f"{v:.3f}" for v in cell["per_seed"]),
-                         f"{cell['mean']:.3f}", f"{cell['per_sub']:.3f}",
+                         f"{cell['mean']:.3f}", f"{cell['per_sub']:.3f}", f"{cell['score'][0]:.3f}",
                          ("best" + (" (edge)" if info["at_edge"] else "")) if lr == info["best"] else ""])
     return f"### {title} (n = {n}; tuning seeds, tuning prompts; final all-correct at T = 1)\n\n" + markdown_table(
-        ["variant", "lr", "final all-correct per tuning seed", "mean", "mean per-sub-problem", ""], rows)
+        ["variant", "lr", "final all-correct per tuning seed", "mean", "mean per-sub-problem", "ranked by", ""], rows)
 
 
 def pinned_warm_start(args, env: str, horizons: list[int]) -> tuple[str, str, dict]:
@@ -492,8 +506,8 @@ def papo_part(args, summary: dict, tables: list[str]) -> None:
     path, fingerprint, profile = pinned_warm_start(args, env, [n])
     runner = Runner(args, env, path)
     variants = list(PAPO_ARMS.values())
-    tuned = tune(args, runner, variants, n, steps)
-    tables.append(grid_table("PAPO: lr grid", tuned, n))
+    tuned = tune(args, runner, variants, n, steps, scores={"prm_only": own_reward_score})
+    tables.append(grid_table("PAPO: lr grid (PRM-only ranked by its own reward, the others by accuracy)", tuned, n))
     papo = {"task": env, "n": n, "warm_start_fingerprint": fingerprint, "reporting_seeds": args.seeds,
             "steps": steps, "lr_grid": {arm: sorted(tuned[v]["grid"]) for arm, v in PAPO_ARMS.items()},
             "best_lr": {arm: tuned[v]["best"] for arm, v in PAPO_ARMS.items()},

@@ -213,3 +213,25 @@ def test_evidence_tuning_extends_a_grid_whose_best_sits_at_an_edge():
     assert sorted(tuned["lines"]["grid"]) == [1e-4, 3e-4, 1e-3] and tuned["lines"]["best"] == 3e-4
     assert tuned["lines"]["at_edge"] is False
     assert len(runner.calls) == 3 and {v for v, _ in runner.calls[1]} == {"sparse"}  # only the open grid goes on
+
+
+def test_evidence_prm_only_is_tuned_for_its_own_reward_not_for_accuracy():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import evidence
+
+    # Higher lr: more of the gameable reward, less accuracy (the hacking). Ranked by its own reward, 3e-4 wins
+    # (and the grid is extended upwards); ranked by accuracy, the lowest lr would.
+    def result(lr):
+        reward = {1e-4: 0.70, 3e-4: 0.80, 1e-3: 0.90, 3e-3: 0.85}.get(lr, 0.6)
+        return {"history": [{"all_correct": 0.9 - 300 * lr, "per_subproblem": 0.5}],
+                "train_logs": [{"step": 10, "rewards/shown_work_reward/mean": reward}]}
+
+    class FakeRunner:
+        def run(self, specs):
+            return {(s.variant, s.n, s.learning_rate, s.seed): result(s.learning_rate) for s in specs}
+
+    args = evidence.parse_args(["--lrs", "1e-4", "3e-4", "1e-3", "--max-extensions", "1"])
+    own = evidence.tune(args, FakeRunner(), ["prm_only"], 3, 10, scores={"prm_only": evidence.own_reward_score})
+    assert own["prm_only"]["best"] == 1e-3 and sorted(own["prm_only"]["grid"]) == [1e-4, 3e-4, 1e-3, 3e-3]
+    by_accuracy = evidence.tune(args, FakeRunner(), ["prm_only"], 3, 10)
+    assert by_accuracy["prm_only"]["best"] == pytest.approx(3.33e-5)  # extended below 1e-4, its edge
