@@ -29,6 +29,12 @@ and says which (and which it skipped); a checkpoint that already reached `max_st
 SIGTERM (a preemption) during `train` is deferred: the step and any save in progress finish, a checkpoint of
 that step is saved, and `train` exits with status 143; a second SIGTERM outside a save stops at once.
 
+Hub uploads (`push_to_hub`, and the pushes during training with `push_to_hub=True`) leave out the files a run
+keeps for itself in `output_dir` (`run_private_patterns`: the judge cache with its answers and `api_base`,
+`quarantine.jsonl` with dataset text, the untrained tiny model): Trainer uploads `output_dir` with a fixed
+`ignore_patterns` and no argument to extend it, so during a push the `hf_api()` it calls (`HUB_API`) gives an
+`upload_folder` that adds them.
+
 And public helpers: `sample_completion_ids` (the generation backend; tests script it), `generate_token_ids` (prompt
 ids with a max_tokens per row through the trainer's own backend: HF, vLLM colocate or server), `outcome_rewards`
 (the reward functions alone), `compute_rewards_early` (the final rows' rewards before the log-prob passes, reused
@@ -63,6 +69,7 @@ import signal
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -88,6 +95,7 @@ from trl.data_utils import is_conversational  # noqa: E402
 from trl.models.utils import disable_gradient_checkpointing  # noqa: E402
 from trl.trainer.utils import get_config_model_id, pad  # noqa: E402
 
+from ..judge.quarantine import QUARANTINE_FILE  # noqa: E402
 from ..segments import expand_segment_values  # noqa: E402
 from .common import check_reward_columns, resolve_model_path, weighted_outcome  # noqa: E402
 
@@ -108,6 +116,7 @@ TRL_PRIVATE_METHODS = {
     "_save_checkpoint": ("self", "model", "trial"),
     "_load_optimizer_and_scheduler": ("self", "checkpoint"),
     "_load_from_checkpoint": ("self", "resume_from_checkpoint"),
+    "_push_from_checkpoint": ("self", "checkpoint_folder"),
 }
 # Private parameters of public transformers / TRL methods this module passes (checked like TRL_PRIVATE_METHODS).
 TRL_PRIVATE_PARAMETERS = {
@@ -139,6 +148,19 @@ COMPLETION_STATISTICS = ("completions/mean_length", "completions/min_length", "c
                          "completions/clipped_ratio", "completions/mean_terminated_length",
                          "completions/min_terminated_length", "completions/max_terminated_length")
 
+
+# Where Trainer's pushes get their HfApi: (module, function). Replaced only for the duration of a push
+# (`_uploads_ignoring`); tests/test_hub_upload.py checks the files an upload takes end to end.
+HUB_API = ("transformers.trainer", "hf_api")
+# Files a run writes into output_dir for itself, as huggingface_hub `ignore_patterns` relative to output_dir (a trailing
+# "/" covers a folder's files): never part of a Hub upload. The judge cache's configured place is added per run.
+RUN_PRIVATE_FILES = (
+    "judge_cache/",  # the default judge_cache_dir: every judge answer, and the api_base it came from
+    QUARANTINE_FILE,  # dataset text of the rows the judge could not score
+    "initial_tiny_model*/",  # `model="tiny"`: the untrained starting weights, not the trained model
+)
+# The judge cache's own layout (ppm_trl/judge/cache.py, claims.py), for a judge_cache_dir that is output_dir itself.
+_JUDGE_CACHE_LAYOUT = ("[0-9a-f][0-9a-f]/", "claims/")
 
 CHECKPOINT_COMPLETE = "ppm_trl_checkpoint_complete.json"  # written last: {"files": {relative path: bytes}}
 TRAINER_STATE = "trainer_state.json"
@@ -232,6 +254,46 @@ def reached_max_steps(checkpoint: str, args) -> bool:
         return done >= args.max_steps
     return state.get("max_steps", 0) > 0 and done >= state["max_steps"] \
         and state.get("num_train_epochs") == args.num_train_epochs
+
+
+def run_private_patterns(args) -> list[str]:
+    """`RUN_PRIVATE_FILES`, plus a `judge_cache_dir` configured inside `args.output_dir` (relative to it)."""
+    patterns = list(RUN_PRIVATE_FILES)
+    cache = getattr(args, "judge_cache_dir", None)
+    if cache and str(cache).lower() != "none":
+        relative = os.path.relpath(os.path.abspath(cache), os.path.abspath(args.output_dir))
+        if relative == ".":
+            patterns.extend(_JUDGE_CACHE_LAYOUT)
+        elif not relative.startswith(os.pardir):  # outside output_dir it is never uploaded
+            patterns.append(Path(relative).as_posix() + "/")
+    return patterns
+
+
+@contextmanager
+def _uploads_ignoring(patterns: list[str]):
+    """While in the block, the Hub uploads Trainer makes also skip `patterns` (huggingface_hub's `ignore_patterns`
+    of `upload_folder`). Trainer passes a fixed list and offers no way to extend it; its `hf_api()` is swapped for
+    the block only, and every other call goes to the shared HfApi unchanged."""
+    import importlib
+
+    module = importlib.import_module(HUB_API[0])
+    shared = getattr(module, HUB_API[1])
+
+    class Uploader:
+        def __getattr__(self, name):
+            return getattr(shared(), name)
+
+        def upload_folder(self, **kwargs):
+            ignored = kwargs.get("ignore_patterns") or []
+            ignored = [ignored] if isinstance(ignored, str) else list(ignored)
+            return shared().upload_folder(**{**kwargs, "ignore_patterns": [*ignored, *patterns]})
+
+    uploader = Uploader()
+    setattr(module, HUB_API[1], lambda: uploader)
+    try:
+        yield
+    finally:
+        setattr(module, HUB_API[1], shared)
 
 
 class _StopOnSigterm(TrainerCallback):
@@ -691,6 +753,16 @@ class MethodTrainer(GRPOTrainer):
                 with open(path) as f:
                     states[name] = json.load(f)
         self.load_extra_checkpoint_state(states)
+
+    # ---------------------------------------------------------------------------------------------------- the Hub
+    def push_to_hub(self, *args, **kwargs):
+        """Trainer's `push_to_hub`, leaving the run's private files out of the upload (`run_private_patterns`)."""
+        with _uploads_ignoring(run_private_patterns(self.args)):
+            return super().push_to_hub(*args, **kwargs)
+
+    def _push_from_checkpoint(self, checkpoint_folder):
+        with _uploads_ignoring(run_private_patterns(self.args)):  # it uploads output_dir too
+            return super()._push_from_checkpoint(checkpoint_folder)
 
     # ------------------------------------------------------------------------------------------------ model card
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
