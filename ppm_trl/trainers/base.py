@@ -88,6 +88,7 @@ if Version(trl.__version__) not in TRL_SUPPORTED:
 
 from accelerate.utils import broadcast_object_list, gather_object  # noqa: E402
 from transformers import TrainerCallback, TrainerState  # noqa: E402
+from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME  # noqa: E402
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import parse_response  # noqa: E402
@@ -95,6 +96,7 @@ from trl.data_utils import is_conversational  # noqa: E402
 from trl.models.utils import disable_gradient_checkpointing  # noqa: E402
 from trl.trainer.utils import get_config_model_id, pad  # noqa: E402
 
+from ..judge.client import printable  # noqa: E402
 from ..judge.quarantine import QUARANTINE_FILE  # noqa: E402
 from ..segments import expand_segment_values  # noqa: E402
 from .common import check_reward_columns, resolve_model_path, weighted_outcome  # noqa: E402
@@ -117,6 +119,7 @@ TRL_PRIVATE_METHODS = {
     "_load_optimizer_and_scheduler": ("self", "checkpoint"),
     "_load_from_checkpoint": ("self", "resume_from_checkpoint"),
     "_push_from_checkpoint": ("self", "checkpoint_folder"),
+    "_load_rng_state": ("self", "checkpoint"),
 }
 # Private parameters of public transformers / TRL methods this module passes (checked like TRL_PRIVATE_METHODS).
 TRL_PRIVATE_PARAMETERS = {
@@ -195,6 +198,83 @@ def checkpoint_problem(folder: str) -> str | None:
     return None
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from: a file damaged, edited or crafted (its content, not an interrupted
+    save). One line naming the file (the CLI prints it as `error:`); the original exception is its cause."""
+
+
+_FIX = "resume from another checkpoint (or train without resume_from_checkpoint)"
+_NUMBER = (int, float)
+_NONE = type(None)
+# trainer_state.json as transformers reads it back (TrainerState's fields, as JSON types): it computes with these on
+# resume, so a string `global_step` would otherwise surface as a TypeError deep in the training loop.
+TRAINER_STATE_TYPES = {
+    "epoch": _NUMBER, "global_step": int, "max_steps": int, "logging_steps": _NUMBER, "eval_steps": _NUMBER,
+    "save_steps": _NUMBER, "train_batch_size": (int, _NONE), "num_train_epochs": _NUMBER,
+    "num_input_tokens_seen": _NUMBER, "total_flos": _NUMBER, "log_history": (list, _NONE),
+    "best_metric": (*_NUMBER, _NONE), "best_global_step": (int, _NONE), "best_model_checkpoint": (str, _NONE),
+    "is_local_process_zero": bool, "is_world_process_zero": bool, "is_hyper_param_search": bool,
+    "trial_name": (str, _NONE), "trial_params": (dict, _NONE), "stateful_callbacks": (dict, _NONE),
+}
+
+
+def _reason(error: BaseException) -> str:
+    """An exception as a short printable line (torch's unpickling errors run to paragraphs; a crafted file chooses
+    the names they quote)."""
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    # weights_only's refusal says what it refused on a later line, after advice on how to load the file anyway
+    refused = [line.split("WeightsUnpickler error:", 1)[1] for line in lines if "WeightsUnpickler error:" in line]
+    if refused:
+        return printable(f"a pickle torch's weights_only loading refuses:{refused[0][:200]}")
+    return printable(f"{type(error).__name__}: {lines[0][:200] if lines else ''}")
+
+
+@contextmanager
+def _loading_checkpoint_file(path: str):
+    """Whatever loading `path` raises becomes one `CheckpointError` naming it."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise CheckpointError(f"{printable(path)} cannot be resumed from ({_reason(error)}): it is damaged, edited "
+                              f"or was not written by this trainer; {_FIX}") from error
+
+
+def read_trainer_state(checkpoint: str) -> dict:
+    """The checkpoint's trainer_state.json, its fields of the types transformers computes with (`CheckpointError`
+    naming the file and the field otherwise)."""
+    path = os.path.join(checkpoint, TRAINER_STATE)
+    with _loading_checkpoint_file(path):
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} is not a JSON object; {_FIX}")
+    for name, value in state.items():
+        expected = TRAINER_STATE_TYPES.get(name)
+        if expected is None:
+            raise CheckpointError(f"{path} has an unknown field {printable(repr(name))[:80]}; {_FIX}")
+        is_number_from_bool = isinstance(value, bool) and expected is not bool
+        if is_number_from_bool or not isinstance(value, expected) or (expected is int and value < 0):
+            kinds = " or ".join("null" if kind is _NONE else kind.__name__
+                                for kind in (expected if isinstance(expected, tuple) else (expected,)))
+            raise CheckpointError(f"{path}: {name} must be {kinds}{' >= 0' if expected is int else ''}, got "
+                                  f"{printable(repr(value))[:80]}; {_FIX}")
+    return state
+
+
+def check_checkpoint_contents(checkpoint: str) -> None:
+    """`CheckpointError` for a checkpoint that is a symbolic link or holds one (a link could point anywhere, and
+    saving or rotating checkpoints would delete through it) or whose trainer_state.json is not what transformers
+    writes; the torch files are checked as they load (`MethodTrainer`)."""
+    for path in (checkpoint, *(entry.path for entry in os.scandir(checkpoint))):
+        if os.path.islink(path):
+            raise CheckpointError(f"{printable(path)} is a symbolic link (to {printable(os.readlink(path))}): a "
+                                  "checkpoint must be a real folder of real files; copy it in its place, or pass "
+                                  "the folder it points to")
+    read_trainer_state(checkpoint)
+
+
 def write_completion_marker(folder: str) -> None:
     """List every file of a finished checkpoint with its size in `CHECKPOINT_COMPLETE`, atomically, last."""
     files = {}
@@ -228,6 +308,7 @@ def resolve_resume_checkpoint(value, output_dir: str) -> tuple[str | None, str |
             problem = checkpoint_problem(os.path.join(output_dir, name))
             if problem is None:
                 why = f"newest complete; skipped {'; '.join(skipped)}" if skipped else "the newest"
+                check_checkpoint_contents(os.path.join(output_dir, name))
                 return os.path.join(output_dir, name), f"resuming from {name} ({why})"
             skipped.append(f"{name}: incomplete, {problem}")
         raise ValueError(f"resume_from_checkpoint={value}: no complete checkpoint in output_dir {output_dir!r}"
@@ -241,14 +322,14 @@ def resolve_resume_checkpoint(value, output_dir: str) -> tuple[str | None, str |
     if problem is not None:
         raise ValueError(f"resume_from_checkpoint={path!r} is incomplete: {problem}; pass `last` for the newest "
                          "complete checkpoint of output_dir")
+    check_checkpoint_contents(path)
     return path, None
 
 
 def reached_max_steps(checkpoint: str, args) -> bool:
     """Whether the run saved in `checkpoint` already did every optimizer step `args` asks for (transformers would
     train one more: it checks max_steps only after a step)."""
-    with open(os.path.join(checkpoint, TRAINER_STATE)) as f:
-        state = json.load(f)
+    state = read_trainer_state(checkpoint)
     done = state.get("global_step", 0)
     if args.max_steps > 0:
         return done >= args.max_steps
@@ -718,6 +799,9 @@ class MethodTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if os.path.islink(folder):  # planted: removing or rewriting it would act on whatever it points to
+            raise CheckpointError(f"{printable(folder)} is a symbolic link (to {printable(os.readlink(folder))}); "
+                                  "remove it: checkpoints are saved into real folders only")
         self._saving = True
         try:
             if self.args.should_save and os.path.isdir(folder):
@@ -742,17 +826,39 @@ class MethodTrainer(GRPOTrainer):
         if self._sigterm_anywhere():  # it arrived during the save: stop after it
             self.control.should_training_stop = True
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
+    # Resuming: what a checkpoint's files make the loaders raise (a crafted RNG state, optimizer or selector state)
+    # becomes one CheckpointError naming the file. Torch files still load with transformers' `weights_only=True`.
+    def _load_from_checkpoint(self, resume_from_checkpoint, *args, **kwargs):
+        with _loading_checkpoint_file(f"{resume_from_checkpoint} (its model weights)"):
+            return super()._load_from_checkpoint(resume_from_checkpoint, *args, **kwargs)
+
+    def _load_rng_state(self, checkpoint):
         if checkpoint is None:
-            return
+            return super()._load_rng_state(checkpoint)
+        # the file transformers reads: one per process when distributed
+        name = f"rng_state_{self.args.process_index}.pth" if self.args.world_size > 1 else "rng_state.pth"
+        with _loading_checkpoint_file(os.path.join(checkpoint, name)):
+            return super()._load_rng_state(checkpoint)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        if checkpoint is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        for name in (OPTIMIZER_NAME, SCHEDULER_NAME, SCALER_NAME):  # which file is bad, before they are applied
+            path = os.path.join(checkpoint, name)
+            if os.path.isfile(path):
+                with _loading_checkpoint_file(path):
+                    if not isinstance(torch.load(path, map_location="cpu", weights_only=True, mmap=True), dict):
+                        raise TypeError("not a state dict")
+        with _loading_checkpoint_file(os.path.join(checkpoint, f"{OPTIMIZER_NAME} or {SCHEDULER_NAME}")):
+            super()._load_optimizer_and_scheduler(checkpoint)
         states = {}
         for name in self.extra_checkpoint_state():
             path = os.path.join(checkpoint, name)
             if os.path.exists(path):
-                with open(path) as f:
+                with _loading_checkpoint_file(path), open(path, encoding="utf-8") as f:
                     states[name] = json.load(f)
-        self.load_extra_checkpoint_state(states)
+        with _loading_checkpoint_file(", ".join(os.path.join(checkpoint, name) for name in states) or checkpoint):
+            self.load_extra_checkpoint_state(states)
 
     # ---------------------------------------------------------------------------------------------------- the Hub
     def push_to_hub(self, *args, **kwargs):
