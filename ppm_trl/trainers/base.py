@@ -26,6 +26,9 @@ Checkpoints and preemption (`train`): a checkpoint folder counts only when compl
 `CHECKPOINT_COMPLETE` marker listing every file's size (a folder without one, from an older version, needs a
 readable trainer_state.json). `resume_from_checkpoint=True` / `"true"` / `"last"` takes the newest complete one
 and says which (and which it skipped); a checkpoint that already reached `max_steps` trains no further step.
+A resumed checkpoint's own files are untrusted input: a trainer_state.json field of the wrong type, a torch file
+that `weights_only` refuses or that does not fit (RNG state, optimizer, scheduler, weights), a method state that
+does not load (ARG's selector), a symbolic link for a folder or file: each is one `CheckpointError` naming the file.
 SIGTERM (a preemption) during `train` is deferred: the step and any save in progress finish, a checkpoint of
 that step is saved, and `train` exits with status 143; a second SIGTERM outside a save stops at once.
 
