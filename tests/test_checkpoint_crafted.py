@@ -169,3 +169,13 @@ def test_a_crafted_arg_selector_state_is_one_line_naming_the_file(tmp_path, stat
     with pytest.raises(CheckpointError) as error:
         _arg_trainer(run, max_steps=2).train(resume_from_checkpoint="last")
     _assert_one_line(error, folder / SELECTOR_STATE_FILE, "resume from another checkpoint")
+
+
+def test_the_trainer_state_types_are_transformers_fields():
+    from dataclasses import fields
+
+    from transformers import TrainerState
+
+    from ppm_trl.trainers.base import TRAINER_STATE_TYPES
+
+    assert set(TRAINER_STATE_TYPES) <= {field.name for field in fields(TrainerState)}
