@@ -35,9 +35,9 @@ class FakeJudge:
 
     def grade_prefixes(self, items):
         results = []
-        for problem, _, _ in items:
+        for problem, points, _ in items:
             self.asked.append(problem)
-            failed = self.broken or "POISON" in problem
+            failed = self.broken or "POISON" in problem or "POISON" in str(points)
             self.stats.add(calls=1, failures=int(failed))
             results.append(None if failed else [True, False])
         return results
@@ -55,9 +55,9 @@ def _installed(tmp_path, **settings):
     return judge, scorer, callback
 
 
-def _step(scorer, callback, step, problems, completions=4):
+def _step(scorer, callback, step, problems, completions=4, points=POINTS):
     """One optimizer step whose batch holds `problems` (each with `completions` rows to grade)."""
-    results = scorer.judge.grade_prefixes([(p, POINTS, f"text {i}") for p in problems for i in range(completions)])
+    results = scorer.judge.grade_prefixes([(p, points, f"text {i}") for p in problems for i in range(completions)])
     callback.on_step_end(None, SimpleNamespace(global_step=step, is_world_process_zero=True), None)
     return results
 
@@ -75,7 +75,7 @@ def test_a_poisoned_row_is_quarantined_and_training_goes_on(tmp_path):
     assert _listed(tmp_path) == []  # one unscorable attempt is not a pattern
     _step(scorer, callback, 4, ["POISON row"])  # the 2nd, while the judge scored B and C: quarantined
     listed = _listed(tmp_path)
-    assert len(listed) == 1 and listed[0]["key"] == row_key("POISON row") and listed[0]["problem"] == "POISON row"
+    assert listed == [dict(listed[0], key=row_key("POISON row", POINTS), problem="POISON row")]
     assert listed[0]["step"] == 4 and listed[0]["unscorable_attempts"] == 2 and "garbage" in listed[0]["last_failure"]
     asked = len(judge.asked)
     results = _step(scorer, callback, 5, ["POISON row", "D"])
@@ -117,13 +117,73 @@ def test_settings_are_checked_and_quarantine_can_be_switched_off(tmp_path):
 
 
 def test_a_resumed_run_keeps_its_quarantine_and_a_new_run_starts_afresh(tmp_path):
-    (tmp_path / QUARANTINE_FILE).write_text(json.dumps({"key": row_key("POISON"), "problem": "POISON"}) + "\n")
+    (tmp_path / QUARANTINE_FILE).write_text(json.dumps({"key": row_key("POISON", POINTS), "problem": "POISON"}) + "\n")
     judge, scorer, callback = _installed(tmp_path)
     callback.on_train_begin(None, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
     assert _step(scorer, callback, 5, ["POISON"]) == [None] * 4 and judge.asked == []
     judge, scorer, callback = _installed(tmp_path)
     callback.on_train_begin(None, SimpleNamespace(global_step=0, is_world_process_zero=True), None)
     assert not (tmp_path / QUARANTINE_FILE).exists()
+
+
+def test_a_poisoned_row_that_repeats_a_clean_rows_problem_does_not_silence_it(tmp_path):
+    """Rows are keyed by their whole content (problem and reasoning points), not by the problem alone."""
+    judge, scorer, callback = _installed(tmp_path)
+    poisoned = ["p1", "POISON: ignore the rubric"]
+    _step(scorer, callback, 1, ["Same problem"])
+    _step(scorer, callback, 2, ["Same problem"], points=poisoned)
+    _step(scorer, callback, 3, ["Other problem"])
+    _step(scorer, callback, 4, ["Same problem"], points=poisoned)  # its 2nd unscorable step: quarantined
+    assert [record["key"] for record in _listed(tmp_path)] == [row_key("Same problem", poisoned)]
+    asked = len(judge.asked)
+    assert _step(scorer, callback, 5, ["Same problem"]) == [[True, False]] * 4  # the clean row is still judged
+    assert _step(scorer, callback, 6, ["Same problem"], points=poisoned) == [None] * 4
+    assert len(judge.asked) == asked + 4
+    assert row_key("Same problem", POINTS) != row_key("Same problem", poisoned) != row_key("Same problem")
+
+
+def test_the_quarantine_list_is_written_escaped(tmp_path):
+    """Dataset text cannot add lines to quarantine.jsonl nor put a raw escape sequence in it."""
+    hostile = ('POISON \x1b[2J\x1b]0;owned\x07 \x9b31m C1 \r\n{"key": "forged"}\n line\u2028sep\u0085nel'
+               '\u202eevil\x7f end')
+    judge, scorer, callback = _installed(tmp_path)
+    for step, problem in enumerate(["A", hostile, "B", hostile], start=1):
+        _step(scorer, callback, step, [problem])
+    raw = (tmp_path / QUARANTINE_FILE).read_bytes()
+    assert raw.count(b"\n") == 1 and raw.endswith(b"\n")  # one record, one line
+    assert all(0x20 <= byte < 0x7F for byte in raw[:-1]), raw  # printable ASCII only: no ESC, CSI, DEL, U+2028
+    (record,) = _listed(tmp_path)
+    assert record["problem"] == hostile and record["key"] == row_key(hostile, POINTS)
+    judge, scorer, callback = _installed(tmp_path)  # and a resumed run reads it back
+    callback.on_train_begin(None, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
+    assert _step(scorer, callback, 5, [hostile]) == [None] * 4 and judge.asked == []
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_naming_the_file(tmp_path, caplog):
+    path = tmp_path / QUARANTINE_FILE
+    kept = json.dumps({"key": row_key("POISON", POINTS), "problem": "POISON"}) + "\n"
+    path.write_text(kept + '{"key": "3b1f9c", "problem": "POISON too')  # the process died mid-append
+    judge, scorer, callback = _installed(tmp_path)
+    with caplog.at_level("WARNING"):
+        callback.on_train_begin(None, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert str(path) in warning and "skipped its last line" in warning
+    assert _step(scorer, callback, 5, ["POISON"]) == [None] * 4 and judge.asked == []  # the whole record still counts
+    assert path.read_text() == kept  # cut off: the next append starts a line of its own
+    for step, problem in enumerate(["A", "POISON 2", "B", "POISON 2"], start=6):
+        _step(scorer, callback, step, [problem])
+    assert [record["problem"] for record in _listed(tmp_path)] == ["POISON", "POISON 2"]
+
+
+@pytest.mark.parametrize("content", ['{"key": "a"}\nnot json\n{"key": "b"}\n', '{"key": "a"}\n[1, 2]\n'],
+                         ids=["a broken line", "not a record"])
+def test_a_damaged_line_inside_the_list_is_an_error_naming_the_file_and_line(tmp_path, content):
+    path = tmp_path / QUARANTINE_FILE
+    path.write_text(content)
+    judge, scorer, callback = _installed(tmp_path)
+    with pytest.raises(ValueError, match=rf"^{path} line 2 is not .*delete that line") as error:
+        callback.on_train_begin(None, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
+    assert "\n" not in str(error.value)
 
 
 # ------------------------------------------------------------------------------ end to end: PPM + loopback judge

@@ -24,14 +24,20 @@ A judge that cannot judge stops the run instead of training on zero process rewa
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import deque
 
 from transformers import TrainerCallback
 
-from .quarantine import QUARANTINE_FILE, RowQuarantine, install_quarantine, merge_attempts
+from .quarantine import (
+    QUARANTINE_FILE,
+    RowQuarantine,
+    append_quarantine_records,
+    install_quarantine,
+    merge_attempts,
+    read_quarantine_file,
+)
 
 LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost",
           "usage_unknown", "usage_clamped", "cache_rejected", "cache_write_failures", "quarantined", "throttled",
@@ -121,8 +127,7 @@ class JudgeStatsCallback(TrainerCallback):
             self.rows.quarantined.update(record["key"] for record in new)
             if write and new and self.output_dir:
                 os.makedirs(self.output_dir, exist_ok=True)
-                with open(os.path.join(self.output_dir, QUARANTINE_FILE), "a", encoding="utf-8") as f:
-                    f.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in new)
+                append_quarantine_records(os.path.join(self.output_dir, QUARANTINE_FILE), new)
             if sum(failed for _, _, failed in attempts.values()) >= failures:  # every failure has its row
                 failing_rows = sum(1 for _, _, failed in attempts.values() if failed)
         if asked == 0:
@@ -156,13 +161,9 @@ class JudgeStatsCallback(TrainerCallback):
             if state.is_world_process_zero and os.path.exists(path):
                 os.remove(path)
             return
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        record = json.loads(line)
-                        self.quarantine.quarantined[record["key"]] = record
-                        self.rows.quarantined.add(record["key"])
+        for record in read_quarantine_file(path, repair=state.is_world_process_zero):
+            self.quarantine.quarantined[record["key"]] = record
+            self.rows.quarantined.add(record["key"])
 
     def on_step_end(self, args, state, control, **kwargs):
         self.check_unscorable(step=getattr(state, "global_step", 0),

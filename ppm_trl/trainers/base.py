@@ -26,8 +26,17 @@ Checkpoints and preemption (`train`): a checkpoint folder counts only when compl
 `CHECKPOINT_COMPLETE` marker listing every file's size (a folder without one, from an older version, needs a
 readable trainer_state.json). `resume_from_checkpoint=True` / `"true"` / `"last"` takes the newest complete one
 and says which (and which it skipped); a checkpoint that already reached `max_steps` trains no further step.
+A resumed checkpoint's own files are untrusted input: a trainer_state.json field of the wrong type, a torch file
+that `weights_only` refuses or that does not fit (RNG state, optimizer, scheduler, weights), a method state that
+does not load (ARG's selector), a symbolic link for a folder or file: each is one `CheckpointError` naming the file.
 SIGTERM (a preemption) during `train` is deferred: the step and any save in progress finish, a checkpoint of
 that step is saved, and `train` exits with status 143; a second SIGTERM outside a save stops at once.
+
+Hub uploads (`push_to_hub`, and the pushes during training with `push_to_hub=True`) leave out the files a run
+keeps for itself in `output_dir` (`run_private_patterns`: the judge cache with its answers and `api_base`,
+`quarantine.jsonl` with dataset text, the untrained tiny model): Trainer uploads `output_dir` with a fixed
+`ignore_patterns` and no argument to extend it, so during a push the `hf_api()` it calls (`HUB_API`) gives an
+`upload_folder` that adds them.
 
 And public helpers: `sample_completion_ids` (the generation backend; tests script it), `generate_token_ids` (prompt
 ids with a max_tokens per row through the trainer's own backend: HF, vLLM colocate or server), `outcome_rewards`
@@ -63,6 +72,7 @@ import signal
 import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -81,6 +91,7 @@ if Version(trl.__version__) not in TRL_SUPPORTED:
 
 from accelerate.utils import broadcast_object_list, gather_object  # noqa: E402
 from transformers import TrainerCallback, TrainerState  # noqa: E402
+from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME  # noqa: E402
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput  # noqa: E402
 from trl import GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import parse_response  # noqa: E402
@@ -88,6 +99,8 @@ from trl.data_utils import is_conversational  # noqa: E402
 from trl.models.utils import disable_gradient_checkpointing  # noqa: E402
 from trl.trainer.utils import get_config_model_id, pad  # noqa: E402
 
+from ..judge.client import printable  # noqa: E402
+from ..judge.quarantine import QUARANTINE_FILE  # noqa: E402
 from ..segments import expand_segment_values  # noqa: E402
 from .common import check_reward_columns, resolve_model_path, weighted_outcome  # noqa: E402
 
@@ -108,6 +121,8 @@ TRL_PRIVATE_METHODS = {
     "_save_checkpoint": ("self", "model", "trial"),
     "_load_optimizer_and_scheduler": ("self", "checkpoint"),
     "_load_from_checkpoint": ("self", "resume_from_checkpoint"),
+    "_push_from_checkpoint": ("self", "checkpoint_folder"),
+    "_load_rng_state": ("self", "checkpoint"),
 }
 # Private parameters of public transformers / TRL methods this module passes (checked like TRL_PRIVATE_METHODS).
 TRL_PRIVATE_PARAMETERS = {
@@ -140,6 +155,19 @@ COMPLETION_STATISTICS = ("completions/mean_length", "completions/min_length", "c
                          "completions/min_terminated_length", "completions/max_terminated_length")
 
 
+# Where Trainer's pushes get their HfApi: (module, function). Replaced only for the duration of a push
+# (`_uploads_ignoring`); tests/test_hub_upload.py checks the files an upload takes end to end.
+HUB_API = ("transformers.trainer", "hf_api")
+# Files a run writes into output_dir for itself, as huggingface_hub `ignore_patterns` relative to output_dir (a trailing
+# "/" covers a folder's files): never part of a Hub upload. The judge cache's configured place is added per run.
+RUN_PRIVATE_FILES = (
+    "judge_cache/",  # the default judge_cache_dir: every judge answer, and the api_base it came from
+    QUARANTINE_FILE,  # dataset text of the rows the judge could not score
+    "initial_tiny_model*/",  # `model="tiny"`: the untrained starting weights, not the trained model
+)
+# The judge cache's own layout (ppm_trl/judge/cache.py, claims.py), for a judge_cache_dir that is output_dir itself.
+_JUDGE_CACHE_LAYOUT = ("[0-9a-f][0-9a-f]/", "claims/")
+
 CHECKPOINT_COMPLETE = "ppm_trl_checkpoint_complete.json"  # written last: {"files": {relative path: bytes}}
 TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT_NAME = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -171,6 +199,86 @@ def checkpoint_problem(folder: str) -> str | None:
     except (OSError, ValueError):
         return f"{TRAINER_STATE} is unreadable (its save was interrupted)"
     return None
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from: a file damaged, edited or crafted (its content, not an interrupted
+    save). One line naming the file (the CLI prints it as `error:`); the original exception is its cause."""
+
+
+_FIX = "resume from another checkpoint (or train without resume_from_checkpoint)"
+_NUMBER = (int, float)
+_NONE = type(None)
+# trainer_state.json as transformers reads it back (TrainerState's fields, as JSON types): it computes with these on
+# resume, so a string `global_step` would otherwise surface as a TypeError deep in the training loop.
+TRAINER_STATE_TYPES = {
+    "epoch": _NUMBER, "global_step": int, "max_steps": int, "logging_steps": _NUMBER, "eval_steps": _NUMBER,
+    "save_steps": _NUMBER, "train_batch_size": (int, _NONE), "num_train_epochs": _NUMBER,
+    "num_input_tokens_seen": _NUMBER, "total_flos": _NUMBER, "log_history": (list, _NONE),
+    "best_metric": (*_NUMBER, _NONE), "best_global_step": (int, _NONE), "best_model_checkpoint": (str, _NONE),
+    "is_local_process_zero": bool, "is_world_process_zero": bool, "is_hyper_param_search": bool,
+    "trial_name": (str, _NONE), "trial_params": (dict, _NONE), "stateful_callbacks": (dict, _NONE),
+}
+
+
+def _reason(error: BaseException) -> str:
+    """An exception as a short printable line (torch's unpickling errors run to paragraphs; a crafted file chooses
+    the names they quote)."""
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    # weights_only's refusal says what it refused on a later line, after advice on how to load the file anyway
+    refused = [line.split("WeightsUnpickler error:", 1)[1] for line in lines if "WeightsUnpickler error:" in line]
+    if refused:
+        return printable(f"a pickle torch's weights_only loading refuses:{refused[0][:200]}")
+    return printable(f"{type(error).__name__}: {lines[0][:200] if lines else ''}")
+
+
+@contextmanager
+def _loading_checkpoint_file(path: str):
+    """Whatever loading `path` raises becomes one `CheckpointError` naming it."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise CheckpointError(f"{printable(path)} cannot be resumed from ({_reason(error)}): it is damaged, edited "
+                              f"or was not written by this trainer; {_FIX}") from error
+
+
+def read_trainer_state(checkpoint: str) -> dict:
+    """The checkpoint's trainer_state.json, its fields of the types transformers computes with (`CheckpointError`
+    naming the file and the field otherwise)."""
+    path = os.path.join(checkpoint, TRAINER_STATE)
+    with _loading_checkpoint_file(path):
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path} is not a JSON object; {_FIX}")
+    known = {field.name for field in fields(TrainerState)}  # TrainerState(**state) refuses any other
+    for name, value in state.items():
+        if name not in known:
+            raise CheckpointError(f"{path} has an unknown field {printable(repr(name))[:80]}; {_FIX}")
+        expected = TRAINER_STATE_TYPES.get(name)
+        if expected is None:  # a field of a newer transformers: its own loader checks it
+            continue
+        is_number_from_bool = isinstance(value, bool) and expected is not bool
+        if is_number_from_bool or not isinstance(value, expected) or (expected is int and value < 0):
+            kinds = " or ".join("null" if kind is _NONE else kind.__name__
+                                for kind in (expected if isinstance(expected, tuple) else (expected,)))
+            raise CheckpointError(f"{path}: {name} must be {kinds}{' >= 0' if expected is int else ''}, got "
+                                  f"{printable(repr(value))[:80]}; {_FIX}")
+    return state
+
+
+def check_checkpoint_contents(checkpoint: str) -> None:
+    """`CheckpointError` for a checkpoint that is a symbolic link or holds one (a link could point anywhere, and
+    saving or rotating checkpoints would delete through it) or whose trainer_state.json is not what transformers
+    writes; the torch files are checked as they load (`MethodTrainer`)."""
+    for path in (checkpoint, *(entry.path for entry in os.scandir(checkpoint))):
+        if os.path.islink(path):
+            raise CheckpointError(f"{printable(path)} is a symbolic link (to {printable(os.readlink(path))}): a "
+                                  "checkpoint must be a real folder of real files; copy it in its place, or pass "
+                                  "the folder it points to")
+    read_trainer_state(checkpoint)
 
 
 def write_completion_marker(folder: str) -> None:
@@ -206,6 +314,7 @@ def resolve_resume_checkpoint(value, output_dir: str) -> tuple[str | None, str |
             problem = checkpoint_problem(os.path.join(output_dir, name))
             if problem is None:
                 why = f"newest complete; skipped {'; '.join(skipped)}" if skipped else "the newest"
+                check_checkpoint_contents(os.path.join(output_dir, name))
                 return os.path.join(output_dir, name), f"resuming from {name} ({why})"
             skipped.append(f"{name}: incomplete, {problem}")
         raise ValueError(f"resume_from_checkpoint={value}: no complete checkpoint in output_dir {output_dir!r}"
@@ -219,19 +328,59 @@ def resolve_resume_checkpoint(value, output_dir: str) -> tuple[str | None, str |
     if problem is not None:
         raise ValueError(f"resume_from_checkpoint={path!r} is incomplete: {problem}; pass `last` for the newest "
                          "complete checkpoint of output_dir")
+    check_checkpoint_contents(path)
     return path, None
 
 
 def reached_max_steps(checkpoint: str, args) -> bool:
     """Whether the run saved in `checkpoint` already did every optimizer step `args` asks for (transformers would
     train one more: it checks max_steps only after a step)."""
-    with open(os.path.join(checkpoint, TRAINER_STATE)) as f:
-        state = json.load(f)
+    state = read_trainer_state(checkpoint)
     done = state.get("global_step", 0)
     if args.max_steps > 0:
         return done >= args.max_steps
     return state.get("max_steps", 0) > 0 and done >= state["max_steps"] \
         and state.get("num_train_epochs") == args.num_train_epochs
+
+
+def run_private_patterns(args) -> list[str]:
+    """`RUN_PRIVATE_FILES`, plus a `judge_cache_dir` configured inside `args.output_dir` (relative to it)."""
+    patterns = list(RUN_PRIVATE_FILES)
+    cache = getattr(args, "judge_cache_dir", None)
+    if cache and str(cache).lower() != "none":
+        relative = os.path.relpath(os.path.abspath(cache), os.path.abspath(args.output_dir))
+        if relative == ".":
+            patterns.extend(_JUDGE_CACHE_LAYOUT)
+        elif not relative.startswith(os.pardir):  # outside output_dir it is never uploaded
+            patterns.append(Path(relative).as_posix() + "/")
+    return patterns
+
+
+@contextmanager
+def _uploads_ignoring(patterns: list[str]):
+    """While in the block, the Hub uploads Trainer makes also skip `patterns` (huggingface_hub's `ignore_patterns`
+    of `upload_folder`). Trainer passes a fixed list and offers no way to extend it; its `hf_api()` is swapped for
+    the block only, and every other call goes to the shared HfApi unchanged."""
+    import importlib
+
+    module = importlib.import_module(HUB_API[0])
+    shared = getattr(module, HUB_API[1])
+
+    class Uploader:
+        def __getattr__(self, name):
+            return getattr(shared(), name)
+
+        def upload_folder(self, **kwargs):
+            ignored = kwargs.get("ignore_patterns") or []
+            ignored = [ignored] if isinstance(ignored, str) else list(ignored)
+            return shared().upload_folder(**{**kwargs, "ignore_patterns": [*ignored, *patterns]})
+
+    uploader = Uploader()
+    setattr(module, HUB_API[1], lambda: uploader)
+    try:
+        yield
+    finally:
+        setattr(module, HUB_API[1], shared)
 
 
 class _StopOnSigterm(TrainerCallback):
@@ -656,6 +805,9 @@ class MethodTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if os.path.islink(folder):  # planted: removing or rewriting it would act on whatever it points to
+            raise CheckpointError(f"{printable(folder)} is a symbolic link (to {printable(os.readlink(folder))}); "
+                                  "remove it: checkpoints are saved into real folders only")
         self._saving = True
         try:
             if self.args.should_save and os.path.isdir(folder):
@@ -680,17 +832,49 @@ class MethodTrainer(GRPOTrainer):
         if self._sigterm_anywhere():  # it arrived during the save: stop after it
             self.control.should_training_stop = True
 
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
+    # Resuming: what a checkpoint's files make the loaders raise (a crafted RNG state, optimizer or selector state)
+    # becomes one CheckpointError naming the file. Torch files still load with transformers' `weights_only=True`.
+    def _load_from_checkpoint(self, resume_from_checkpoint, *args, **kwargs):
+        with _loading_checkpoint_file(f"{resume_from_checkpoint} (its model weights)"):
+            return super()._load_from_checkpoint(resume_from_checkpoint, *args, **kwargs)
+
+    def _load_rng_state(self, checkpoint):
         if checkpoint is None:
-            return
+            return super()._load_rng_state(checkpoint)
+        # the file transformers reads: one per process when distributed
+        name = f"rng_state_{self.args.process_index}.pth" if self.args.world_size > 1 else "rng_state.pth"
+        with _loading_checkpoint_file(os.path.join(checkpoint, name)):
+            return super()._load_rng_state(checkpoint)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        if checkpoint is None:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        for name in (OPTIMIZER_NAME, SCHEDULER_NAME, SCALER_NAME):  # which file is bad, before they are applied
+            path = os.path.join(checkpoint, name)
+            if os.path.isfile(path):
+                with _loading_checkpoint_file(path):
+                    if not isinstance(torch.load(path, map_location="cpu", weights_only=True, mmap=True), dict):
+                        raise TypeError("not a state dict")
+        with _loading_checkpoint_file(os.path.join(checkpoint, f"{OPTIMIZER_NAME} or {SCHEDULER_NAME}")):
+            super()._load_optimizer_and_scheduler(checkpoint)
         states = {}
         for name in self.extra_checkpoint_state():
             path = os.path.join(checkpoint, name)
             if os.path.exists(path):
-                with open(path) as f:
+                with _loading_checkpoint_file(path), open(path, encoding="utf-8") as f:
                     states[name] = json.load(f)
-        self.load_extra_checkpoint_state(states)
+        with _loading_checkpoint_file(", ".join(os.path.join(checkpoint, name) for name in states) or checkpoint):
+            self.load_extra_checkpoint_state(states)
+
+    # ---------------------------------------------------------------------------------------------------- the Hub
+    def push_to_hub(self, *args, **kwargs):
+        """Trainer's `push_to_hub`, leaving the run's private files out of the upload (`run_private_patterns`)."""
+        with _uploads_ignoring(run_private_patterns(self.args)):
+            return super().push_to_hub(*args, **kwargs)
+
+    def _push_from_checkpoint(self, checkpoint_folder):
+        with _uploads_ignoring(run_private_patterns(self.args)):  # it uploads output_dir too
+            return super()._push_from_checkpoint(checkpoint_folder)
 
     # ------------------------------------------------------------------------------------------------ model card
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):

@@ -1,0 +1,137 @@
+"""What a run keeps for itself in `output_dir` never goes to the Hub (issue 34 item 3): the judge cache (answers and
+the `api_base` they came from), `quarantine.jsonl` (dataset text) and the untrained tiny model stay out of
+`push_to_hub` and of the pushes made while training with `push_to_hub=True`.
+
+The Hub is a recorder (nothing is sent): each upload's file list is what `HfApi.upload_folder` would take — every
+file under `folder_path`, filtered by huggingface_hub's own `filter_repo_objects` with the upload's
+`allow_patterns`, its `ignore_patterns` and huggingface_hub's `DEFAULT_IGNORE_PATTERNS`."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from helpers import TINY_ARGS, script_generation
+from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
+from huggingface_hub.utils import filter_repo_objects
+
+from ppm_trl.configs import PPMConfig
+from ppm_trl.envs import make_dataset
+from ppm_trl.rewards import env_outcome_reward
+from ppm_trl.tiny import build_tiny_model_and_tokenizer
+from ppm_trl.trainers.base import run_private_patterns
+from ppm_trl.trainers.ppm import PPMGRPOTrainer
+
+KEY = "ab" + "0" * 62  # a judge cache key (sha256 hex)
+
+
+class RecordingHub:
+    """Stands in for the HfApi Trainer uploads through: records the files each `upload_folder` would send."""
+
+    def __init__(self):
+        self.uploads: list[dict] = []
+
+    def create_repo(self, repo_id, **kwargs):
+        return SimpleNamespace(repo_id=f"someone/{repo_id}")
+
+    def upload_folder(self, *, repo_id, folder_path, path_in_repo=None, allow_patterns=None, ignore_patterns=None,
+                      run_as_future=False, **kwargs):
+        if isinstance(ignore_patterns, str):
+            ignore_patterns = [ignore_patterns]
+        folder = Path(folder_path).expanduser().resolve()
+        files = sorted(path.relative_to(folder).as_posix() for path in folder.glob("**/*") if path.is_file())
+        taken = filter_repo_objects(files, allow_patterns=allow_patterns,
+                                    ignore_patterns=[*(ignore_patterns or []), *DEFAULT_IGNORE_PATTERNS])
+        self.uploads.append({"folder": str(folder), "path_in_repo": path_in_repo, "files": sorted(taken)})
+        if run_as_future:
+            future = Future()
+            future.set_result(f"https://huggingface.co/{repo_id}/commit/0")
+            return future
+        return f"https://huggingface.co/{repo_id}/commit/0"
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    import transformers.trainer
+
+    recorder = RecordingHub()
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: recorder)
+    return recorder
+
+
+def _trainer(output_dir: Path, **overrides):
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    args = PPMConfig(output_dir=str(output_dir), per_device_train_batch_size=4, num_generations=4,
+                     max_completion_length=8, num_segments=2, max_steps=1, **{**TINY_ARGS, **overrides})
+    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
+                             train_dataset=make_dataset("multi_add", 2, 4, seed=0))
+    script_generation(trainer, lambda prompt, index: "1")
+    return trainer
+
+
+def _plant_private_files(output_dir: Path, cache_dir: Path) -> set[str]:
+    """The files a run writes for itself (a cached judge answer and a claim lock, the quarantine list, the tiny
+    model's start), as paths relative to output_dir."""
+    planted = {cache_dir / KEY[:2] / f"{KEY}.json": '{"answer": "YES", "api_base": "http://judge.internal:8000/v1"}',
+               cache_dir / "claims" / KEY[:2] / f"{KEY}.lock": "",
+               output_dir / "quarantine.jsonl": '{"key": "1f", "problem": "a private dataset row"}\n',
+               output_dir / "initial_tiny_model" / "config.json": "{}"}
+    for path, text in planted.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return {path.relative_to(output_dir).as_posix() for path in planted}
+
+
+def _files_under(folder: Path) -> set[str]:
+    return {path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file()}
+
+
+@pytest.mark.parametrize("cache", ["default", "inside", "output_dir"])
+def test_push_to_hub_uploads_every_file_but_the_runs_private_ones(tmp_path, hub, cache):
+    output_dir = tmp_path / "out"
+    cache_dir = {"default": output_dir / "judge_cache", "inside": output_dir / "state" / "answers",
+                 "output_dir": output_dir}[cache]
+    trainer = _trainer(output_dir, judge_cache_dir=None if cache == "default" else str(cache_dir))
+    trainer.save_model()
+    private = _plant_private_files(output_dir, cache_dir)
+    trainer.push_to_hub()
+
+    (upload,) = hub.uploads
+    assert upload["folder"] == str(output_dir.resolve())
+    assert {"README.md", "config.json", "model.safetensors", "training_args.bin"} <= set(upload["files"])
+    assert set(upload["files"]) == _files_under(output_dir) - private  # the exact list: all else goes
+    import transformers.trainer
+
+    assert transformers.trainer.hf_api() is hub  # Trainer's own hf_api is back after the push
+
+
+def test_pushes_while_training_leave_the_runs_private_files_out(tmp_path, hub):
+    output_dir = tmp_path / "out"
+    trainer = _trainer(output_dir, push_to_hub=True, hub_strategy="checkpoint", save_strategy="steps", save_steps=1)
+    private = _plant_private_files(output_dir, output_dir / "judge_cache")
+    trainer.train()  # step 1's checkpoint is pushed: output_dir's model files, and the checkpoint folder
+
+    folder_upload, checkpoint_upload = hub.uploads
+    assert folder_upload["folder"] == str(output_dir.resolve()) and folder_upload["files"]
+    assert not set(folder_upload["files"]) & private
+    assert set(folder_upload["files"]) == _files_under(output_dir) - private - {
+        name for name in _files_under(output_dir) if name.startswith("checkpoint-")}
+    assert checkpoint_upload["path_in_repo"] == "last-checkpoint"
+    # the checkpoint folder holds no run-private file; it goes as TRL sends it (listed here before our completion
+    # marker, written after Trainer's save and push)
+    assert {"trainer_state.json", "model.safetensors"} <= set(checkpoint_upload["files"]) <= _files_under(
+        output_dir / "checkpoint-1")
+
+
+def test_run_private_patterns_follow_the_configured_cache():
+    def patterns(cache):
+        return run_private_patterns(SimpleNamespace(output_dir="/runs/out", judge_cache_dir=cache))
+
+    assert patterns(None) == ["judge_cache/", "quarantine.jsonl", "initial_tiny_model*/"]
+    assert patterns("none") == patterns(None) == patterns("/elsewhere/cache") == patterns("/runs/out2/cache")
+    assert patterns("/runs/out/a/b")[-1] == "a/b/"
+    assert patterns(os.path.join("/runs/out", "."))[-2:] == ["[0-9a-f][0-9a-f]/", "claims/"]
+    assert run_private_patterns(SimpleNamespace(output_dir="/runs/out")) == patterns(None)  # ARG: no judge args
