@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -57,8 +58,8 @@ class TrainScriptArguments:
         default=None, metadata={"help": "Longest prompt in tokens (default: the model's context minus "
                                 "max_completion_length). Longer prompts are an error unless long_prompts=drop."})
     long_prompts: str = field(
-        default="error", metadata={"help": "What to do with prompts longer than max_prompt_length: `error` "
-                                   "(refuse, naming the rows) or `drop` (train without them; counted)."})
+        default="drop", metadata={"help": "What to do with prompts longer than max_prompt_length: `drop` (train "
+                                  "without them, counted and named on stderr) or `error` (refuse, naming the rows)."})
 
 
 def _config_class(method: str):
@@ -66,6 +67,11 @@ def _config_class(method: str):
         return get_method(method).config_class()
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+# Exit status of a run that a judge budget (`judge_max_cost_usd`, `judge_max_total_tokens`; prepare's
+# `--max-cost-usd`, `--max-total-tokens`) stopped: its work so far is saved, but it did not finish.
+JUDGE_BUDGET_EXIT_CODE = 3
 
 
 class UsageError(ValueError):
@@ -327,6 +333,8 @@ def load_train_dataset(script_args):
         dataset = splits[script_args.dataset_train_split]
     elif os.path.isdir(name) and os.path.exists(os.path.join(name, "dataset_info.json")):
         dataset = datasets.load_from_disk(name)
+    elif os.path.isdir(name) and unfinished_prepare(name):
+        raise UsageError(unfinished_prepare(name))
     elif os.path.isfile(name):
         kind = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(os.path.splitext(name)[1])
         if kind is None:
@@ -342,6 +350,25 @@ def load_train_dataset(script_args):
     if len(dataset) == 0:
         raise UsageError(f"dataset {name!r} has no rows")
     return dataset
+
+
+def unfinished_prepare(directory: str) -> str | None:
+    """What to do about a `ppm-trl prepare` output directory that holds its progress files but no dataset (it
+    failed, was interrupted or ran out of budget); None for any other directory. `datasets` would read the progress
+    files as the data and fail with a CastError."""
+    from .prepare import FAILURES_FILE, PROGRESS_FILE
+
+    if not os.path.exists(os.path.join(directory, PROGRESS_FILE)):
+        return None
+    failures = os.path.join(directory, FAILURES_FILE)
+    retry = 0
+    if os.path.exists(failures):
+        with open(failures, encoding="utf-8") as handle:
+            retry = sum(bool(json.loads(line).get("retry", True)) for line in handle if line.strip())
+    fix = (f"{retry} row(s) failed at the judge (listed in {failures}): rerun the same `ppm-trl prepare ... --out "
+           f"{directory}` to retry only them, or add --drop-invalid to write the dataset without them"
+           if retry else f"rerun the same `ppm-trl prepare ... --out {directory}` to finish it (prepared rows are kept)")
+    return f"{directory!r} holds an unfinished `ppm-trl prepare` (progress files, no dataset written yet): {fix}"
 
 
 DATA_FILE_EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv", ".arrow")
@@ -433,7 +460,9 @@ def prepare_dataset(script_args, training_args, dataset, reward_names: list[str]
     report: list[str] = []
     try:
         if not script_args.env_name or any(flags):  # a synthetic env's columns already are the trainers'
-            dataset, report = map_columns(dataset, *flags, source=source)
+            # A row that cannot be used (no gold answer, an empty cell, a chat without a reply) is left out and
+            # listed, as `ppm-trl prepare` does, not a stop at the first one.
+            dataset, report = map_columns(dataset, *flags, source=source, invalid_rows="drop")
         check_required_columns(dataset, required_columns(script_args.method, reward_names, training_args), source)
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -468,12 +497,14 @@ def check_prompt_lengths(dataset, tokenizer, model_path: str, script_args, train
     message = (f"{len(too_long)} of {len(lengths)} prompts are longer than {limit} tokens ({why}); first: row "
                f"{too_long[0]} with {lengths[too_long[0]]} tokens")
     if script_args.long_prompts == "drop":
-        print(f"ppm-trl train: dropping {message}", file=sys.stderr)
         if len(too_long) == len(lengths):
-            raise UsageError(f"every prompt is too long: {message}")
+            raise UsageError(f"every prompt is too long: {message}; raise --max_prompt_length or lower "
+                             "--max_completion_length")
+        print(f"ppm-trl train: leaving out the prompts that do not fit: {message} (--long_prompts error refuses "
+              "them instead)", file=sys.stderr)
         return dataset.select(sorted(set(range(len(lengths))) - set(too_long)))
     raise UsageError(f"{message}. They would train on clipped completions only; shorten them, raise "
-                     "max_prompt_length / lower max_completion_length, or set `long_prompts: drop`")
+                     "--max_prompt_length / lower --max_completion_length, or pass --long_prompts drop")
 
 
 def resolve_model(script_args, model_args, training_args) -> str:
@@ -602,6 +633,8 @@ def run_example(method: str, argv: list[str] | None = None) -> dict:
     summary = training_summary(trainer, result, method)
     if trainer.accelerator.is_main_process:
         report_done(f"train_{method}", summary, trainer, script_args)
+    if stopped_early(trainer):
+        raise SystemExit(JUDGE_BUDGET_EXIT_CODE)
     return summary
 
 
@@ -610,14 +643,22 @@ def train(argv: list[str]) -> None:
     trainer, result = run_training(script_args, training_args, model_args)
     if trainer.accelerator.is_main_process:
         report_done("ppm-trl train", training_summary(trainer, result, script_args.method), trainer, script_args)
+    if stopped_early(trainer):  # the model is saved, but the run did not finish: not status 0
+        raise SystemExit(JUDGE_BUDGET_EXIT_CODE)
+
+
+def stopped_early(trainer) -> list[str]:
+    """Why a callback (the judge budget) ended training before max_steps; empty when none did."""
+    return [callback.stopped for callback in getattr(getattr(trainer, "callback_handler", None), "callbacks", [])
+            if getattr(callback, "stopped", None)]
 
 
 def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
     """`<prefix>: done {json}` on stdout; on stderr a warning when nothing was learned, and the `eval` to run next."""
     print(f"{prefix}: done " + json.dumps(summary), flush=True)
-    for callback in getattr(getattr(trainer, "callback_handler", None), "callbacks", []):  # e.g. the judge budget
-        if getattr(callback, "stopped", None):
-            print(f"{prefix}: stopped early: {callback.stopped}", file=sys.stderr)
+    for reason in stopped_early(trainer):
+        print(f"{prefix}: stopped early (exit status {JUDGE_BUDGET_EXIT_CODE}): {in_flag_spelling(reason)}",
+              file=sys.stderr)
     problem = nothing_learned(trainer.state.log_history, trainer.args)
     if problem:
         print(f"{prefix}: warning: nothing was learned: {problem}", file=sys.stderr)
@@ -842,14 +883,66 @@ def main(argv: list[str] | None = None) -> None:
         if debug or not isinstance(exit_.code, str):  # argparse's own usage errors are already printed
             raise
         _fail(command, exit_.code, 2)
+    except KeyboardInterrupt:  # Ctrl-C before training started (`train` itself saves and exits 130)
+        if debug:
+            raise
+        print(f"\nppm-trl {command}: interrupted (Ctrl-C) before any step was trained; nothing was saved",
+              file=sys.stderr)
+        raise SystemExit(130) from None
     except runtime_errors as error:
         if debug:
             raise
-        _fail(command, str(error), 1)
+        _fail(command, in_flag_spelling(str(error), rest if command == "train" else None), 1)
     except ValueError as error:  # our checks (columns, configs, data files, trainers) raise ValueError / UsageError
         if debug:
             raise
-        _fail(command, str(error), 2)
+        _fail(command, in_flag_spelling(str(error), rest if command == "train" else None), 2)
+
+
+def train_fields(argv: list[str] | None = None) -> set[str]:
+    """The names `ppm-trl train` takes as `--flags`: its script arguments, TRL's ModelConfig and the method's config
+    (every method's when `argv` names none that can be read)."""
+    import dataclasses
+
+    classes = [TrainScriptArguments]
+    try:
+        from trl import ModelConfig
+
+        classes.append(ModelConfig)
+        methods = [_method_from_argv(argv)] if argv is not None else list(METHODS)
+        classes += [get_method(name).config_class() for name in methods]
+    except (ImportError, ValueError, UsageError):  # an unknown method or config file: the fields known so far
+        pass
+    return {f.name for cls in classes for f in dataclasses.fields(cls)}
+
+
+# A setting a library message suggests in Python spelling: `name=True`, `name="judge"`, `name: drop` (YAML).
+_PYTHON_SETTING = re.compile(r"""(?<![\w.-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?:=|: )(?:"([^"]*)"|'([^']*)'|"""
+                             r"""(True|False|true|false|[\w.+-]+))(?=[\s`.,;:)]|$)""")
+_SETTING_NAME = re.compile(r"(?<=\()([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?=\))")  # "(judge_max_cost_usd)"
+
+
+def in_flag_spelling(message: str, argv: list[str] | None = None) -> str:
+    """A library message as `ppm-trl train` is used: a config field it names as the flag that sets it
+    (`arg_skip_invalid_references=True` → `--arg_skip_invalid_references true`, `progress_scorer="judge"` →
+    `--progress_scorer judge`, `(judge_max_cost_usd)` → `(--judge_max_cost_usd)`); a YAML key the message is
+    about (`num_segments`) stays. The library raises in Python
+    spelling, for Python users; only the command line translates."""
+    if not _PYTHON_SETTING.search(message) and not _SETTING_NAME.search(message):
+        return message
+    fields = train_fields(argv)
+
+    def setting(match):
+        name, value = match.group(1), next(v for v in match.group(2, 3, 4) if v is not None)
+        # A suggestion, not a description such as "a batch of per_device_train_batch_size=8 × 1 process".
+        suggested = (match.group(2, 3) != (None, None) or value in ("True", "False")
+                     or message[: match.start()].endswith(("set ", "with ", "pass ", "or ", "`")))
+        if name not in fields or not suggested:
+            return match.group(0)
+        return f"--{name} {value.lower() if value in ('True', 'False') else value}"
+
+    message = _PYTHON_SETTING.sub(setting, message)
+    return _SETTING_NAME.sub(lambda m: f"--{m.group(1)}" if m.group(1) in fields else m.group(0), message)
 
 
 def _fail(command: str, message: str, code: int) -> None:

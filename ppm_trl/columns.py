@@ -16,6 +16,7 @@ from typing import Any
 
 from .methods import REWARDS, get_method
 from .rewards import last_boxed
+from .text import normalize_boxes
 
 _GSM8K_ANSWER = re.compile(r"^[ \t]*####[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
@@ -32,6 +33,34 @@ FIXES = {
     "env": "the programmatic scorers and `env_*` rewards only work on the synthetic envs (`--env_name`); for your "
            "own data use the judge (`--progress_scorer judge` / `--process_scorer judge`) and `--reward_funcs accuracy`",
 }
+# The same fixes for a trainer built in Python (`ppm-trl prepare` has no Python API: it is named as the command).
+PYTHON_FIXES = {
+    "prompt": "name the problem column with `ppm_trl.columns.map_columns(dataset, problem_column=COLUMN)` (it "
+              "becomes a chat prompt)",
+    "answer": "name the gold-answer column with `ppm_trl.columns.map_columns(dataset, answer_column=COLUMN)` (a bare "
+              "answer, a GSM8K solution ending in `#### 72` or a solution with a final `\\boxed{}`), or train on the "
+              "output of the `ppm-trl prepare` command, which writes `answer`",
+    "reference": "name the worked-solution column with `ppm_trl.columns.map_columns(dataset, reference_column=COLUMN)`, "
+                 "or train on the output of the `ppm-trl prepare` command, which writes `reference`",
+    "reasoning_points": "run the `ppm-trl prepare` command on the dataset (a command, not a Python function): it writes "
+                        "`reasoning_points` and `reasoning_graph` from the reference solutions; load its --out "
+                        "directory with `datasets.load_from_disk`",
+    "env": "the programmatic scorers and `env_*` rewards only work on the synthetic envs (`make_dataset`); for your "
+           "own data use the judge (`progress_scorer=\"judge\"` / `process_scorer=\"judge\"`) and `accuracy_reward`",
+}
+# PAPO's programmatic process scorer reads points and env; its judge scorer needs neither, nor any prepare.
+PAPO_JUDGE_FIX = {"cli": "`--process_scorer judge` scores with the judge, which reads only `reference` (no `ppm-trl "
+                         "prepare` needed)",
+                  "python": "`process_scorer=\"judge\"` scores with the judge, which reads only `reference` (no "
+                            "`ppm-trl prepare` needed)"}
+
+
+def column_fix(column: str, reader: str, spelling: str = "cli") -> str:
+    """How to provide `column` for `reader` (who needs it), in the user's spelling: "cli" flags or "python"."""
+    fix = (FIXES if spelling == "cli" else PYTHON_FIXES).get(column, "")
+    if column in ("reasoning_points", "env") and "process_scorer" in reader:
+        return f"{PAPO_JUDGE_FIX[spelling]}; or {fix}" if fix else PAPO_JUDGE_FIX[spelling]
+    return fix
 
 
 def gsm8k_answer(text: Any) -> str | None:
@@ -44,23 +73,35 @@ def gsm8k_answer(text: Any) -> str | None:
     return (answer.replace(",", "") if _THOUSANDS.fullmatch(answer) else answer) or None
 
 
-def gold_answer(value: Any) -> str | None:
-    """The gold final answer in a cell: its last `\\boxed{}`, else a GSM8K `#### ` line, else the cell itself.
+def gold_answer(value: Any, solution: bool = False) -> str | None:
+    """The gold final answer in a cell: its last `\\boxed{}` (`\\fbox{}` and `\\boxed 4` too), else a GSM8K
+    `#### ` line, else — for a cell of a bare-answer column — the cell itself.
 
-    None when the cell is empty, or has a `\\boxed{` that is unclosed or empty and no `#### ` line.
+    None when the cell is empty, has a `\\boxed{` that is unclosed or empty and no `#### ` line, or is a worked
+    solution (`solution=True`, see `is_solution_column`) with no final-answer marker: its last sentence is not an
+    answer (`ppm-trl prepare` reads gold answers by the same rule).
     """
-    text = "" if value is None else str(value)
+    text = normalize_boxes("" if value is None else str(value))
     if "\\boxed" in text:
         boxed = last_boxed(text)
         if boxed and boxed.strip():
             return boxed.strip()
         return gsm8k_answer(text)
-    return gsm8k_answer(text) or text.strip() or None
+    return gsm8k_answer(text) or (None if solution else text.strip() or None)
+
+
+def is_solution_column(values: Sequence[Any]) -> bool:
+    """Whether a column holds worked solutions rather than bare answers: at least half of its non-empty cells end
+    in a GSM8K `#### x` line or hold a `\\boxed{}`. A cell of such a column without either has no gold answer."""
+    texts = [normalize_boxes(v) for v in values if isinstance(v, str) and v.strip()]
+    marked = sum(bool(_GSM8K_ANSWER.search(text)) or "\\boxed" in text for text in texts)
+    return bool(texts) and 2 * marked >= len(texts)
 
 
 def boxed_reference(value: Any) -> str:
-    """A worked solution as ARG/PAPO read it: a GSM8K `#### 72` final line becomes `\\boxed{72}`."""
-    text = "" if value is None else str(value)
+    """A worked solution as ARG/PAPO read it: a GSM8K `#### 72` final line becomes `\\boxed{72}` (and `\\fbox{72}`,
+    `\\boxed 72` become `\\boxed{72}`)."""
+    text = normalize_boxes("" if value is None else str(value))
     if "\\boxed" in text:
         return text
     return _GSM8K_ANSWER.sub(lambda m: "\\boxed{" + gsm8k_answer(m.group(0)) + "}", text)
@@ -97,61 +138,100 @@ def chat_reply(messages: list[dict], column: str = "messages", row: int = 0) -> 
 
 
 def map_columns(dataset, problem_column: str | None = None, answer_column: str | None = None,
-                reference_column: str | None = None, source: str = "the dataset"):
+                reference_column: str | None = None, source: str = "the dataset", invalid_rows: str = "error"):
     """(dataset with `prompt`/`answer`/`reference` built from the named columns, list of report lines).
 
     The `answer` column (named or already there) always goes through `gold_answer`, so a GSM8K `answer` column
-    works as-is. A named column that does not exist, or a row whose gold answer cannot be read, is a ValueError.
+    works as-is; in a column of worked solutions (`is_solution_column`, or the reference column itself) a cell
+    without a final-answer marker has no gold answer. A named column that does not exist is a ValueError. A row
+    that cannot be used — no gold answer, an empty problem or reference, a chat without a user turn or without an
+    assistant reply — is a ValueError naming it (`invalid_rows="error"`), or is left out and listed in one report
+    line (`invalid_rows="drop"`, what `ppm-trl train` and `eval` do).
     """
+    if invalid_rows not in ("error", "drop"):
+        raise ValueError(f"invalid_rows must be 'error' or 'drop', got {invalid_rows!r}")
     columns = list(dataset.column_names)
     for flag, column in (("--problem_column", problem_column), ("--answer_column", answer_column),
                          ("--reference_column", reference_column)):
         if column is not None and column not in columns:
             raise ValueError(f"{flag} {column!r} is not a column of {source}; its columns are {columns}")
     check_flags_on_prepared_data(columns, problem_column, answer_column, reference_column, source)
+    unusable: dict[int, str] = {}  # row -> why it cannot be used (invalid_rows="drop")
+
+    def read(reader, value, row: int):
+        """reader(value, row), or None for a row that cannot be used (recorded; raised with invalid_rows="error")."""
+        try:
+            return reader(value, row)
+        except ValueError as error:
+            if invalid_rows == "error":
+                raise
+            unusable.setdefault(row, str(error))
+            return None
+
     # Read every source column before writing any: `--reference_column answer` + the `answer` gold both read `answer`.
     new: dict[str, list] = {}
     report: list[str] = []
     prompt_source = problem_column or ("prompt" if "prompt" in columns else None)
     if prompt_source is not None:
         cells = dataset[prompt_source]
-        prompts = [chat_prompt(v, prompt_source, i) if is_chat(v) else
-                   v if prompt_source == "prompt" and problem_column is None else
-                   [{"role": "user", "content": _text(v, prompt_source, i)}] for i, v in enumerate(cells)]
-        cut = sum(is_chat(v) and len(p) < len(v) for v, p in zip(cells, prompts))
+        keep_as_is = prompt_source == "prompt" and problem_column is None
+        prompts = [read(lambda v, i: chat_prompt(v, prompt_source, i) if is_chat(v) else v if keep_as_is else
+                        [{"role": "user", "content": _text(v, prompt_source, i)}], v, i) for i, v in enumerate(cells)]
+        cut = sum(is_chat(v) and p is not None and len(p) < len(v) for v, p in zip(cells, prompts))
         if cut:  # a chat's reply to its last user turn is the solution: training on it as prompt would leak it
             report.append(f"prompts from the chats in column {prompt_source!r}: {cut} of {len(cells)} end with a reply "
                           "after the last user turn, left out of the prompt")
         if problem_column is not None or cut:
             new["prompt"] = prompts
-    references = _replies(dataset[reference_column or "reference"], reference_column or "reference") if (
-        reference_column or "reference" in columns) else []
+    reference_source = reference_column or ("reference" if "reference" in columns else None)
+    references = _replies(dataset[reference_source], reference_source, read) if reference_source else []
     if reference_column is not None:
-        new["reference"] = [boxed_reference(_text(v, reference_column, i)) for i, v in enumerate(references)]
+        texts = [None if i in unusable else read(lambda v, i: _text(v, reference_column, i), v, i)
+                 for i, v in enumerate(references)]
+        new["reference"] = [None if text is None else boxed_reference(text) for text in texts]
     elif "reference" in columns and (references != dataset["reference"] or any(
-            isinstance(v, str) and v != boxed_reference(v) for v in references)):  # chats, or GSM8K final lines
+            isinstance(v, str) and v != boxed_reference(v) for v in references)):  # chats, GSM8K lines, box spellings
         new["reference"] = [boxed_reference(v) if isinstance(v, str) else v for v in references]
     if "reference" in new:
-        converted = sum(a != b for a, b in zip(references, new["reference"]))
+        converted = sum(a is not None and a != b for a, b in zip(references, new["reference"]))
         if converted:
             report.append(f"references: {converted} GSM8K `#### x` final lines read as `\\boxed{{x}}`")
     answer_source = answer_column or ("answer" if "answer" in columns else None)
     if answer_source is not None:
-        values = _replies(dataset[answer_source], answer_source)
-        golds = [gold_answer(v) for v in values]
-        missing = [i for i, g in enumerate(golds) if g is None]
-        if missing:
+        raw = dataset[answer_source]
+        values = _replies(raw, answer_source, read)
+        # Worked solutions (a chat's reply, the reference itself, a GSM8K/MATH column): the marker is the answer.
+        solution = (answer_source == reference_source or any(is_chat(v) for v in raw)
+                    or is_solution_column(values))
+        golds = [gold_answer(v, solution) if i not in unusable else None for i, v in enumerate(values)]
+        missing = [i for i, g in enumerate(golds) if g is None and i not in unusable]
+        if missing and invalid_rows == "error":
             raise ValueError(
                 f"column {answer_source!r} of {source}: no gold answer in {len(missing)} of {len(golds)} rows "
                 f"(first: row {missing[0]}, {str(values[missing[0]])[:80]!r}); a cell must be the answer, end in a "
                 "GSM8K `#### <answer>` line or contain a closed `\\boxed{<answer>}`")
+        for i in missing:
+            unusable[i] = (f"column {answer_source!r}, row {i}: no gold answer (no GSM8K `#### <answer>` line, no "
+                           f"closed `\\boxed{{<answer>}}`) in {str(values[i])[:60]!r}")
         gsm8k = sum(bool(_GSM8K_ANSWER.search(str(v))) for v in values)
-        boxed = sum("\\boxed" in str(v) and not _GSM8K_ANSWER.search(str(v)) for v in values)
+        boxed = sum("\\boxed" in str(normalize_boxes(v)) and not _GSM8K_ANSWER.search(str(v)) for v in values)
         if gsm8k or boxed:
+            none = len(values) - sum(g is not None for g in golds)
             report.append(f"gold answers from column {answer_source!r}: {gsm8k} GSM8K-style (`#### x`), "
-                          f"{boxed} from the last \\boxed{{}}, {len(values) - gsm8k - boxed} as written")
+                          f"{boxed} from the last \\boxed{{}}, {len(values) - gsm8k - boxed - none} as written"
+                          + (f", {none} without one" if none else ""))
         if answer_source != "answer" or golds != list(values):  # an `answer` that is all gold stays as it is
             new["answer"] = golds
+    if unusable:
+        if len(unusable) == len(dataset):
+            first = min(unusable)
+            raise ValueError(f"no row of {source} can be used (first, row {first}: {unusable[first]})")
+        keep = [i for i in range(len(dataset)) if i not in unusable]
+        dataset = dataset.select(keep)
+        new = {column: [values[i] for i in keep] for column, values in new.items()}
+        shown = "; ".join(unusable[i] for i in sorted(unusable)[:3]) + ("; ..." if len(unusable) > 3 else "")
+        report.append(f"left out {len(unusable)} of {len(keep) + len(unusable)} rows that cannot be used "
+                      f"(row{'s' * (len(unusable) > 1)} {_row_list(sorted(unusable))}): {shown}")
     for column, values in new.items():
         if column in dataset.column_names:
             dataset = dataset.remove_columns(column)
@@ -192,9 +272,14 @@ def check_flags_on_prepared_data(columns: Sequence[str], problem_column: str | N
                              if kept in columns else ""))
 
 
-def _replies(values: list, column: str) -> list:
-    """A chat column read as its solutions (the reply to the last user turn); other columns as they are."""
-    return [chat_reply(v, column, i) if is_chat(v) else v for i, v in enumerate(values)]
+def _row_list(rows: list[int], shown: int = 10) -> str:
+    return ", ".join(map(str, rows[:shown])) + (f" and {len(rows) - shown} more" if len(rows) > shown else "")
+
+
+def _replies(values: list, column: str, read=lambda reader, value, row: reader(value, row)) -> list:
+    """A chat column read as its solutions (the reply to the last user turn); other columns as they are. `read`
+    applies the reader to one cell (`map_columns` records an unusable row there instead of raising)."""
+    return [read(lambda v, i: chat_reply(v, column, i) if is_chat(v) else v, v, i) for i, v in enumerate(values)]
 
 
 def _text(value: Any, column: str, row: int) -> str:
@@ -226,7 +311,7 @@ def check_required_columns(dataset, needs: dict[str, str], source: str = "the da
         return
     lines = [f"{source} lacks column(s) {', '.join(repr(c) for c in missing)}; its columns are {columns}."]
     for column in missing:
-        hint = FIXES.get(column, "")
+        hint = column_fix(column, needs[column])
         guess = _guess(column, columns)
         lines.append(f"  - {column!r} (needed by {needs[column]}): {hint}" + (f"; perhaps {guess}" if guess else ""))
     raise ValueError("\n".join(lines))

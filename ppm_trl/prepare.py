@@ -2,14 +2,19 @@
 
 Each row's gold final answer comes from `--answer-column` when given, else from the reference solution: its last
 `\\boxed{}` (or `<answer>`; MATH-style), else its last `#### ` line (GSM8K-style). A row without one is skipped
-before any judge call and listed in the failures file. The judge is probed with one tiny request first (a refused
+before any judge call, left out of the dataset and listed in the failures file, as is a row that can never be
+prepared as it is (an empty problem or reference, a chat without a user turn or without an assistant reply, a row
+the judge refuses with HTTP 4xx such as one longer than its context). The judge is probed with one tiny request first (a refused
 key, an unknown model or no server stop the run before any work). Then the judge turns each reference solution
 into a rubric of reasoning points, whose last one must state the gold answer (checked with math-verify), and
 builds the obsoletion graph over those points, validated by `ReasoningGraph`. Finished rows are appended to
 `prepare_progress.jsonl` in the output (or work) directory as they complete, so an interrupted run (Ctrl-C: exit
-130) resumes without redoing them; rows that failed are listed in `prepare_failures.jsonl` with the real reason (a
-judge request error such as HTTP 400 "maximum context length", or an answer that could not be read) and are
-retried by the next run.
+130) resumes without redoing them. Every row that is not written is listed in `prepare_failures.jsonl`, one JSON
+line each with the real reason and `"retry"`: false for the rows above (fix them in the source to include them),
+true for a judge failure that a rerun may not repeat (a request that failed after its retries, an answer that could
+not be read). Rows of the first kind are always left out; rows of the second kind make `prepare` exit 1 without
+writing the dataset (rerun the same command to retry only them) unless `--drop-invalid` writes it without them.
+A spent judge budget (`--max-cost-usd`, `--max-total-tokens`) writes the rows prepared so far and exits 3.
 
 The result trains as-is with `ppm-trl train --method ppm|papo|arg`: the input columns plus
   prompt            [{"role": "user", "content": <problem>}] (a conversational problem cell is kept as it is)
@@ -38,15 +43,27 @@ import re
 import sys
 from typing import Any
 
-from ppm_trl.columns import boxed_reference, chat_prompt, chat_reply, gsm8k_answer, is_chat
+from ppm_trl.columns import (
+    boxed_reference,
+    chat_prompt,
+    chat_reply,
+    gold_answer,
+    gsm8k_answer,
+    is_chat,
+    is_solution_column,
+)
 from ppm_trl.judge import LiteLLMJudge, final_answer_of
 from ppm_trl.judge import loop as judge_loop
 from ppm_trl.judge.tasks import REQUEST_ERROR, JudgeFailure
 from ppm_trl.judge.transport import TRANSPORTS
+from ppm_trl.text import normalize_boxes
 
 PROGRESS_FILE = "prepare_progress.jsonl"
 FAILURES_FILE = "prepare_failures.jsonl"
 NO_ANSWER = "no_answer"  # failure kind of a row whose gold answer cannot be found (no judge call is spent on it)
+INVALID_ROW = "invalid_row"  # an empty problem or reference, a chat without a user turn or an assistant reply
+# A judge that refuses the row itself (HTTP 4xx, e.g. longer than its context) refuses it again on every rerun.
+_REFUSED_BY_JUDGE = re.compile(r"\(HTTP 4\d\d\)")
 WRITTEN_COLUMNS = ("prompt", "answer", "reference")
 _DATA_FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 
@@ -93,7 +110,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     output.add_argument("--work-dir", default=None,
                         help="Progress and cache directory (default: --out, or ./ppm_trl_prepare/<hub id>).")
     output.add_argument("--drop-invalid", action="store_true",
-                        help="Write the dataset without the rows the judge could not prepare (default: fail).")
+                        help="Write the dataset without the rows the judge failed on this time (default: exit 1 so "
+                             "that a rerun retries them). Rows that can never be prepared as they are (no final "
+                             "answer, an empty cell, a chat without a reply) are left out either way.")
     output.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
     judge.add_argument("--no-judge-probe", action="store_true",
                        help="Skip the one tiny request that checks the judge (key, model, server) before any work.")
@@ -165,19 +184,23 @@ def check_columns(dataset, args: argparse.Namespace) -> None:
     for flag, column in named:
         if column not in dataset.column_names:
             raise ValueError(f"{flag} {column!r} is not a column of {args.dataset}; columns: {dataset.column_names}")
-    for index, reference in enumerate(dataset[args.reference_column]):
-        if is_chat(reference):
-            chat_reply(reference, args.reference_column, index)  # a chat without a reply is named here
-        elif not isinstance(reference, str) or not reference.strip():
-            shown = repr(reference) if len(repr(reference)) <= 80 else repr(reference)[:77] + "..."
-            raise ValueError(f"row {index}: column {args.reference_column!r} must be a non-empty reference solution "
-                             f"text or a chat whose assistant turn is the solution, got {type(reference).__name__} "
-                             f"{shown}")
 
 
 def solution_text(value: Any, column: str, index: int) -> Any:
     """A chat cell read as its solution (the assistant turn after the last user turn); other cells as they are."""
     return chat_reply(value, column, index) if is_chat(value) else value
+
+
+def reference_of(value: Any, column: str, index: int) -> str:
+    """The reference solution of a cell (a chat's reply), box spellings normalised; a ValueError naming the row
+    when there is none (an empty cell, a chat without an assistant reply)."""
+    if is_chat(value):
+        return normalize_boxes(chat_reply(value, column, index))
+    if not isinstance(value, str) or not value.strip():
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ValueError(f"row {index}: column {column!r} must be a non-empty reference solution text or a chat "
+                         f"whose assistant turn is the solution, got {type(value).__name__} {shown}")
+    return normalize_boxes(value)
 
 
 def work_dir_of(args: argparse.Namespace) -> str:
@@ -211,16 +234,21 @@ def read_progress(path: str, meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return done
 
 
-def answer_of(row: dict[str, Any], args: argparse.Namespace, index: int = 0) -> tuple[str | None, str]:
-    """(gold final answer or None, where it came from: the column name, 'boxed', 'gsm8k' or 'none')."""
+def answer_of(row: dict[str, Any], args: argparse.Namespace, index: int = 0,
+              solution_column: bool = False) -> tuple[str | None, str]:
+    """(gold final answer or None, where it came from: the column name, 'boxed', 'gsm8k' or 'none').
+
+    `--answer-column` is read as `train --answer_column` reads it (`columns.gold_answer`): in a column of worked
+    solutions (`solution_column`: `columns.is_solution_column`) a cell without `####` or `\\boxed{}` has none."""
     if args.answer_column is not None:
         value = row[args.answer_column]
         if is_chat(value):  # the assistant turn is a worked solution: its final answer, as for a reference
-            reply = chat_reply(value, args.answer_column, index)
-            return (final_answer_of(reply) or gsm8k_answer(reply)), args.answer_column
-        text = "" if value is None else str(value).strip()
-        return (text or None), args.answer_column
-    reference = solution_text(row[args.reference_column], args.reference_column, index)
+            reply = normalize_boxes(chat_reply(value, args.answer_column, index))
+            answer = final_answer_of(reply) or gsm8k_answer(reply)
+        else:
+            answer = gold_answer(value, solution_column)
+        return answer, (args.answer_column if answer is not None else "none")
+    reference = normalize_boxes(solution_text(row[args.reference_column], args.reference_column, index))
     boxed = final_answer_of(reference)
     if boxed is not None:
         return boxed, "boxed"
@@ -232,8 +260,8 @@ def describe_answers(sources: list[str], args: argparse.Namespace) -> str:
     """One line saying where the gold answers came from, e.g. "GSM8K-style answers: 20/20 extracted"."""
     total = len(sources)
     if args.answer_column is not None:
-        found = sum(source != "none" for source in sources)
-        return f"answers from column {args.answer_column!r}: {found}/{total} non-empty"
+        found = sum(source == args.answer_column for source in sources)
+        return f"answers from column {args.answer_column!r}: {found}/{total} found"
     column = args.reference_column
     names = {"boxed": ("MATH-style answers", f"last \\boxed{{}} of {column!r}"),
              "gsm8k": ("GSM8K-style answers", f"'#### ' line of {column!r}")}
@@ -241,6 +269,8 @@ def describe_answers(sources: list[str], args: argparse.Namespace) -> str:
              for kind in ("boxed", "gsm8k") if kind in sources]
     if "none" in sources:
         parts.append(f"no answer found: {sources.count('none')}/{total} (skipped, listed in {FAILURES_FILE})")
+    if "invalid" in sources:
+        parts.append(f"unusable rows: {sources.count('invalid')}/{total} (skipped, listed in {FAILURES_FILE})")
     return "; ".join(parts) if parts else "no rows"
 
 
@@ -255,6 +285,18 @@ def _failure(stage: str, result: JudgeFailure | None, what: str) -> dict[str, st
 
 class PrepareBudgetSpent(PrepareFailed):
     """The judge's budget (--max-cost-usd / --max-total-tokens) was spent; the finished rows are kept."""
+
+
+# The judge names its settings as the training config does; `prepare` takes them as these flags.
+_PREPARE_FLAGS = {"judge_max_cost_usd": "--max-cost-usd", "judge_max_total_tokens": "--max-total-tokens",
+                  "max_cost_usd": "--max-cost-usd", "max_total_tokens": "--max-total-tokens"}
+
+
+def _in_prepare_spelling(message: str) -> str:
+    """A judge message with its setting names (`judge_max_cost_usd`, `max_total_tokens=...`) as `prepare` flags."""
+    flagged = re.sub(r"\b(?:judge_)?max_(?:cost_usd|total_tokens)\b",
+                     lambda match: _PREPARE_FLAGS[match.group(0)], message)
+    return re.sub(r"(--[\w-]+)(=\S+) \(\1\)", r"\1\2", flagged)  # "--max-cost-usd=$5 (--max-cost-usd)"
 
 
 def duplicate_groups(jobs: list[tuple[int, str, Any, str]]) -> list[list[tuple[int, str, Any, str]]]:
@@ -305,8 +347,8 @@ async def _prepare_pending(judge: LiteLLMJudge, jobs, progress, bar, window: int
     await asyncio.gather(*(one(group) for group in duplicate_groups(jobs)))
     if spent:
         raise PrepareBudgetSpent(
-            f"{spent[0]}; stopped after {finished[0]} prepared rows (kept in the progress file). Rerun the same "
-            "command with a larger budget to prepare the rest.")
+            f"{_in_prepare_spelling(spent[0])}; stopped after {finished[0]} prepared rows (written, and kept in the "
+            "progress file). Rerun the same command with a larger budget to prepare the rest.")
     return failures
 
 
@@ -333,8 +375,9 @@ def _run_interruptibly(judge: LiteLLMJudge, factory, finished: list[int], total:
 
 
 def _summary(failures: dict[int, dict[str, str]]) -> str:
-    kinds = {NO_ANSWER: "without a final answer (no judge call)", REQUEST_ERROR: "with a judge request error",
-             "unreadable": "with an unreadable judge answer"}
+    kinds = {NO_ANSWER: "without a final answer (no judge call)",
+             INVALID_ROW: "with an empty problem or reference, or a chat without a user turn or an assistant reply",
+             REQUEST_ERROR: "with a judge request error", "unreadable": "with an unreadable judge answer"}
     counts = [f"{sum(f['kind'] == kind for f in failures.values())} {label}" for kind, label in kinds.items()
               if any(f["kind"] == kind for f in failures.values())]
     return ", ".join(counts)
@@ -342,7 +385,6 @@ def _summary(failures: dict[int, dict[str, str]]) -> str:
 
 def run_prepare(args: argparse.Namespace):
     """Prepare the dataset; returns the `datasets.Dataset` that was written."""
-    from datasets import List, Value
     from tqdm.auto import tqdm
 
     dataset = load_rows(args)
@@ -355,25 +397,48 @@ def run_prepare(args: argparse.Namespace):
     progress_path = os.path.join(work_dir, PROGRESS_FILE)
     done = read_progress(progress_path, meta)
     rows = dataset.to_list()
-    problems = [problem_of(row[args.problem_column], args.problem_column, index) for index, row in enumerate(rows)]
-    answers, sources = zip(*(answer_of(row, args, index) for index, row in enumerate(rows))) if rows else ((), ())
-    print(f"prepare: {describe_answers(list(sources), args)}")
+    solution_column = args.answer_column is not None and (
+        args.answer_column == args.reference_column or is_solution_column(dataset[args.answer_column]))
+    # Each row read on its own: a row that can never be prepared is recorded (and left out), not fatal.
+    problems, prompts, references, answers, sources = [], [], [], [], []
+    failures: dict[int, dict[str, Any]] = {}
+    for index, row in enumerate(rows):
+        try:
+            problem = problem_of(row[args.problem_column], args.problem_column, index)
+            prompt = _conversational(row[args.problem_column], problem)
+            reference = reference_of(row[args.reference_column], args.reference_column, index)
+            answer, source = answer_of(row, args, index, solution_column)
+        except ValueError as error:
+            problem = prompt = reference = answer = None
+            source = "invalid"
+            failures[index] = {"stage": "row", "kind": INVALID_ROW, "reason": str(error)}
+        problems.append(problem)
+        prompts.append(prompt)
+        references.append(reference)
+        answers.append(answer)
+        sources.append(source)
+    print(f"prepare: {describe_answers(sources, args)}")
+    if rows and len(failures) == len(rows):
+        first = min(failures)
+        raise ValueError(f"no row of {args.dataset} can be prepared; first, row {first}: {failures[first]['reason']}")
     if rows and not any(answers):
         raise ValueError(f"no final answer found in any row of {args.dataset}: "
                          + (f"column {args.answer_column!r} is empty" if args.answer_column else
                             f"column {args.reference_column!r} has no \\boxed{{}} and no GSM8K '#### ' line")
                          + "; name the gold answer column with --answer-column")
-    failures: dict[int, dict[str, str]] = {
-        index: {"stage": "answer", "kind": NO_ANSWER,
-                "reason": f"no final answer: column {args.answer_column!r} is empty" if args.answer_column else
-                f"no final answer: column {args.reference_column!r} has no \\boxed{{}} and no '#### ' line "
-                "(name the answer column with --answer-column)"}
-        for index in range(len(rows)) if index not in done and answers[index] is None}
+    for index in range(len(rows)):
+        if answers[index] is None and index not in failures:
+            failures[index] = {
+                "stage": "answer", "kind": NO_ANSWER,
+                "reason": (f"no final answer: column {args.answer_column!r} has none in this row" if args.answer_column
+                           else f"no final answer: column {args.reference_column!r} has no \\boxed{{}} and no "
+                           "'#### ' line in this row")}
+    for index in done:
+        failures.pop(index, None)  # prepared by an earlier run
     for column in WRITTEN_COLUMNS:  # refused now, not after the judge's work
         if column in dataset.column_names and f"original_{column}" in dataset.column_names:
             raise ValueError(f"the input has both {column!r} and 'original_{column}' columns: prepare writes its own "
                              f"{column!r} and keeps an input one as 'original_{column}'; rename or drop one of them")
-    references = [solution_text(row[args.reference_column], args.reference_column, i) for i, row in enumerate(rows)]
     jobs = [(index, problems[index], references[index], answers[index])
             for index in range(len(rows)) if index not in done and index not in failures]
     print(f"prepare: {len(rows)} rows, {len(done)} already done in {progress_path}, {len(jobs)} to prepare")
@@ -393,6 +458,7 @@ def run_prepare(args: argparse.Namespace):
     if jobs and not args.no_judge_probe:
         judge.probe()  # a judge that cannot answer fails here, before any row's work
     finished = [len(done)]  # rows in the progress file, for the Ctrl-C message
+    budget_spent = None
     with open(progress_path, "a", encoding="utf-8") as progress, \
             tqdm(total=len(rows), initial=len(done) + len(failures), desc="prepare", disable=args.no_progress) as bar:
         if not done:
@@ -401,6 +467,8 @@ def run_prepare(args: argparse.Namespace):
             failures |= _run_interruptibly(
                 judge, lambda: _prepare_pending(judge, jobs, progress, bar, 2 * args.max_concurrency, finished),
                 finished, len(rows))
+        except PrepareBudgetSpent as spent:
+            budget_spent = spent  # the rows prepared so far are written below
         finally:
             judge.close()  # stop the judge's connections before the progress file closes under it
     stats = judge.stats.snapshot()
@@ -408,26 +476,46 @@ def run_prepare(args: argparse.Namespace):
           f"failures {stats['failures']:g}, tokens {stats['prompt_tokens']:g}+{stats['completion_tokens']:g}, "
           f"cost ${stats['cost']:.4f}" + (f" ({stats['cost_unknown']:g} answers unpriced)" if stats["cost_unknown"] else ""))
 
+    for failure in failures.values():
+        failure["retry"] = failure["kind"] not in (NO_ANSWER, INVALID_ROW) and not (
+            failure["kind"] == REQUEST_ERROR and _REFUSED_BY_JUDGE.search(failure["reason"]))
     failures_path = os.path.join(work_dir, FAILURES_FILE)
     with open(failures_path, "w", encoding="utf-8") as handle:
         for index in sorted(failures):
             handle.write(json.dumps({"index": index, **failures[index]}, ensure_ascii=False) + "\n")
-    if failures:
-        print(f"prepare: {len(failures)} row(s) failed: {_summary(failures)} (listed in {failures_path})")
-    if failures and not args.drop_invalid:
-        first = min(failures)
-        raise PrepareFailed(f"{len(failures)} row(s) could not be prepared ({_summary(failures)}; first, row {first}: "
-                            f"{failures[first]['reason']}; all in "
-                            f"{failures_path}). Rerun to retry only those rows (finished rows are kept), or pass "
-                            "--drop-invalid to leave them out.")
-    if failures:
-        print(f"prepare: dropping {len(failures)} row(s) that could not be prepared (listed in {failures_path})")
-
+    never = {index: failure for index, failure in failures.items() if not failure["retry"]}
+    retry = {index: failure for index, failure in failures.items() if failure["retry"]}
     done = read_progress(progress_path, meta)
+    if budget_spent is not None:
+        if done:
+            _write_prepared(args, dataset, rows, prompts, references, answers, done)
+        raise budget_spent
+    if never:
+        print(f"prepare: leaving out {len(never)} row(s) that can never be prepared as they are ({_summary(never)}): "
+              f"fix them in {args.dataset} to include them; listed in {failures_path}")
+    if retry and not args.drop_invalid:
+        first = min(retry)
+        raise PrepareFailed(f"the judge could not prepare {len(retry)} row(s) this time ({_summary(retry)}; first, row "
+                            f"{first}: {retry[first]['reason']}). Rerun the same command to retry only those rows "
+                            "(finished rows are kept), or add --drop-invalid to write the dataset without them; all "
+                            f"rows not prepared are listed in {failures_path}")
+    if retry:
+        print(f"prepare: leaving out {len(retry)} row(s) the judge could not prepare ({_summary(retry)}; "
+              f"--drop-invalid; listed in {failures_path})")
+    return _write_prepared(args, dataset, rows, prompts, references, answers, done)
+
+
+def _write_prepared(args: argparse.Namespace, dataset, rows, prompts, references, answers, done):
+    """Save (or push) the input rows prepared so far, with the written columns; returns that dataset."""
+    from datasets import List, Value
+
     keep = [index for index in range(len(rows)) if index in done]
+    if not keep:
+        raise PrepareFailed("no row could be prepared, so no dataset is written; the reasons are in "
+                            f"{os.path.join(work_dir_of(args), FAILURES_FILE)}")
     prepared = dataset.select(keep) if len(keep) != len(rows) else dataset
     written = {
-        "prompt": [_conversational(rows[i][args.problem_column], problems[i]) for i in keep],
+        "prompt": [prompts[i] for i in keep],
         "answer": [answers[i] for i in keep],
         # The same rule as `train --reference_column` on the raw file: a GSM8K `#### 72` line becomes `\boxed{72}`
         # (ARG needs the final-answer marker in the reference; PAPO's judge reads it as the answer).
@@ -503,6 +591,11 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("\nppm-trl prepare: interrupted; rerun the same command to resume", file=sys.stderr)
         raise SystemExit(130) from None
+    except PrepareBudgetSpent as spent:
+        from ppm_trl.cli import JUDGE_BUDGET_EXIT_CODE
+
+        print(f"ppm-trl prepare: {spent}", file=sys.stderr)
+        raise SystemExit(JUDGE_BUDGET_EXIT_CODE) from None
     except PrepareFailed as failed:
         print(f"ppm-trl prepare: {failed}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -50,7 +50,7 @@ class ProgrammaticPointMatcher:
             if env_name is None:
                 raise ValueError(
                     "the programmatic scorer needs an `env` column naming a synthetic env; for other datasets use "
-                    "the judge scorer (`progress_scorer: judge` / `process_scorer: judge`)"
+                    'the judge scorer (`progress_scorer="judge"` / `process_scorer="judge"`)'
                 )
             out.append(frozenset(get_env(env_name).match_points(row, text)))
         return out

@@ -100,3 +100,21 @@ def last_boxed(text: str) -> str | None:
         return None
     start, end = spans[-1]
     return text[start:end]
+
+
+# The other spellings of a boxed final answer that solutions use: `\fbox{7}` (LaTeX's plain frame box) and
+# `\boxed 4` (a one-token argument without braces, which LaTeX accepts).
+_FBOX = re.compile(r"\\fbox(?=\s*\{)")
+_BRACELESS_BOX = re.compile(r"\\boxed[ \t]+([^\s${}\\]+?)([.,;:]?)(?=\s|\$|$)")
+
+
+def normalize_boxes(text: Any) -> Any:
+    """A solution with `\\fbox{7}` and `\\boxed 4` written as `\\boxed{7}` and `\\boxed{4}`, the one spelling every
+    reader here (`last_boxed`, ARG's answer marker, the judge's answer check) looks for; other values unchanged.
+
+    Applied to dataset text (gold answers, reference solutions) when it is read, never to completions: what a
+    completion must write to earn its reward is the reward function's business."""
+    if not isinstance(text, str) or ("\\fbox" not in text and "\\boxed" not in text):
+        return text
+    text = _FBOX.sub(r"\\boxed", text)
+    return _BRACELESS_BOX.sub(lambda m: "\\boxed{" + m.group(1) + "}" + m.group(2), text)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 FAULT_KINDS = ("rate_limit", "server_error", "timeout", "garbage")  # transient: the client retries them
 ALL_FAULT_KINDS = FAULT_KINDS + ("unauthorized", "bad_request")  # 401 (fatal) and 400 (this item only)
 ALL_FAULT_KINDS += ("context_length", "model_not_found")  # vLLM's 400 "maximum context length" and 404 bodies
+ALL_FAULT_KINDS += ("key_not_valid",)  # Gemini's answer to a wrong key: HTTP 400, not 401
 GARBAGE_TEXT = "%%% lorem ipsum dolor sit amet %%%"
 
 _QUOTED = re.compile(r'"([^"]+)"')
@@ -358,6 +359,10 @@ class JudgeServer:
             extra = {} if self.retry_after is None else {"Retry-After": self.retry_after}
             return "429 Too Many Requests", extra | self.rate_limit_headers, error
         echoed = f" (received Authorization: {headers.get('authorization', '')})" if self.echo_authorization else ""
+        if fault == "key_not_valid":
+            error = {"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
+                               "status": "INVALID_ARGUMENT", "details": [{"reason": "API_KEY_INVALID"}]}}
+            return "400 Bad Request", {}, error
         if fault == "unauthorized":
             error = {"error": {"message": "Incorrect API key provided" + echoed, "type": "invalid_request_error", "code": "invalid_api_key"}}
             return "401 Unauthorized", {}, error

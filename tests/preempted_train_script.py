@@ -1,6 +1,6 @@
 """A tiny PPM run (programmatic scorer, scripted completions) that sends itself SIGTERM at step 2, for
-tests/test_checkpoint_resume.py: `python preempted_train_script.py OUTPUT_DIR {during_save|during_step|none}
-MAX_STEPS [resume_from_checkpoint]`. Prints `steps trained: N` when `train` returns."""
+tests/test_checkpoint_resume.py: `python preempted_train_script.py OUTPUT_DIR {during_save|during_step|ctrl_c|none}
+MAX_STEPS [resume_from_checkpoint]` (`ctrl_c`: SIGINT while step 2 generates, saving on). Prints `steps trained: N` when `train` returns."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ppm_trl.trainers.ppm import PPMGRPOTrainer  # noqa: E402
 
 def main(output_dir: str, when: str, max_steps: int, resume: str | None) -> None:
     model, tokenizer = build_tiny_model_and_tokenizer()
-    save = {"save_strategy": "steps", "save_steps": 1} if when != "during_step" else {"save_strategy": "no"}
+    save = {"save_strategy": "steps", "save_steps": 1} if when not in ("during_step", "ctrl_c") else {"save_strategy": "no"}
     args = PPMConfig(output_dir=output_dir, per_device_train_batch_size=4, num_generations=4,
                      max_completion_length=16, num_segments=2, max_steps=max_steps, **{**TINY_ARGS, **save})
     trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
@@ -35,12 +35,12 @@ def main(output_dir: str, when: str, max_steps: int, resume: str | None) -> None
                 os.kill(os.getpid(), signal.SIGTERM)
 
         trainer.save_model = save_model
-    elif when == "during_step":  # SIGTERM arrives while step 2 generates
+    elif when in ("during_step", "ctrl_c"):  # SIGTERM / SIGINT arrives while step 2 generates
         original_sample = trainer.sample_completion_ids
 
         def sample(*a, **kw):
             if trainer.state.global_step == 1:
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), signal.SIGTERM if when == "during_step" else signal.SIGINT)
             return original_sample(*a, **kw)
 
         trainer.sample_completion_ids = sample

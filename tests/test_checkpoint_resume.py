@@ -161,6 +161,23 @@ def _run_script(output, when, max_steps, resume=None):
     return subprocess.run(command + ([resume] if resume else []), env=env, capture_output=True, text=True, timeout=600)
 
 
+def test_ctrl_c_finishes_the_step_saves_and_exits_130(tmp_path):
+    """Issue 33 item 4: Ctrl-C (SIGINT) behaves like SIGTERM — the step finishes, its checkpoint is saved (saving
+    off), one line instead of a KeyboardInterrupt traceback, exit 130 — and `last` resumes it."""
+    output = tmp_path / "out"
+    interrupted = _run_script(output, "ctrl_c", max_steps=4)
+    assert interrupted.returncode == 130, interrupted.stderr[-3000:]
+    assert "Traceback" not in interrupted.stderr and "KeyboardInterrupt" not in interrupted.stderr
+    assert "ppm_trl: Ctrl-C: finishing this step" in interrupted.stderr
+    assert interrupted.stderr.strip().splitlines()[-1].startswith("ppm_trl: stopped by Ctrl-C after step 2; its "
+                                                                  "checkpoint is saved in ")
+    assert sorted(p.name for p in output.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert checkpoint_problem(str(output / "checkpoint-2")) is None
+    resumed = _run_script(output, "none", max_steps=4, resume="last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "steps trained: 2" in resumed.stdout
+
+
 @pytest.mark.parametrize("when", ["during_save", "during_step"])
 def test_sigterm_ends_with_a_complete_checkpoint_and_last_resumes_it(tmp_path, when):
     output = tmp_path / "out"

@@ -130,23 +130,25 @@ def test_gsm8k_file_passes_the_column_checks_with_one_flag(tmp_path, capsys):
     assert "model path './no/such/model' does not exist" in err
 
 
-def test_long_prompts_are_refused_before_training(tmp_path, capsys):
+def test_long_prompts_are_refused_before_training_with_long_prompts_error(tmp_path, capsys):
     rows = [{"prompt": "short", "answer": "1"}, {"prompt": "x " * 400, "answer": "2"},
             {"prompt": "y " * 300, "answer": "3"}]
     data = _jsonl(tmp_path / "long.jsonl", rows)
     config = _config(tmp_path, dataset_name=str(data), model_name_or_path="tiny", max_prompt_length=64)
-    err = _fails(capsys, "train", "--config", str(config))
+    err = _fails(capsys, "train", "--config", str(config), "--long_prompts", "error")
     assert "2 of 3 prompts are longer than 64 tokens (max_prompt_length=64); first: row 1 with" in err
-    assert "long_prompts: drop" in err
+    assert "pass --long_prompts drop" in err  # the flag, on the command line
 
 
-def test_long_prompts_drop_keeps_the_rest():
+def test_long_prompts_are_left_out_by_default_and_named(capsys):
+    """Issue 33 item 1: a very long row is left out and named (as `prepare` leaves out rows it cannot use), not a
+    stop that asks for `--long_prompts drop`."""
     from ppm_trl.tiny import build_tiny_model_and_tokenizer
 
     datasets = pytest.importorskip("datasets")
     _, tokenizer = build_tiny_model_and_tokenizer(seed=0)
     dataset = datasets.Dataset.from_dict({"prompt": ["short", "x " * 400, "ok"], "answer": ["1", "2", "3"]})
-    script = cli.TrainScriptArguments(max_prompt_length=64, long_prompts="drop")
+    script = cli.TrainScriptArguments(max_prompt_length=64)
 
     class Args:
         max_completion_length = 16
@@ -163,6 +165,8 @@ def test_long_prompts_drop_keeps_the_rest():
     finally:
         transformers.AutoConfig.from_pretrained = original
     assert kept["answer"] == ["1", "3"]
+    assert ("ppm-trl train: leaving out the prompts that do not fit: 1 of 3 prompts are longer than 64 tokens "
+            "(max_prompt_length=64); first: row 1") in capsys.readouterr().err
 
 
 def test_debug_shows_the_traceback(tmp_path):

@@ -81,14 +81,14 @@ def test_prepare_resumes_and_validates(dataset_dir, tmp_path, monkeypatch, capsy
             main(arguments(dataset_dir, server, out, "--answer-column", "answer"))
         first_requests = grading_requests(server)
     assert exited.value.code == 1
-    assert "2 row(s) could not be prepared (2 with an unreadable judge answer; first, row 1: judge answered but no readable <rubric>" \
-        in capsys.readouterr().err
+    assert ("the judge could not prepare 2 row(s) this time (2 with an unreadable judge answer; first, row 1: judge "
+            "answered but no readable <rubric>") in capsys.readouterr().err
     assert first_requests == 4  # rows 0 and 2 rubric, row 0 graph; row 1 rubric (garbage)
     progress = [json.loads(line) for line in (out / PROGRESS_FILE).read_text().splitlines()]
     assert [record.get("index") for record in progress] == [None, 0]  # the settings line, then row 0
     failures = failures_of(out)
     assert [f["index"] for f in failures] == [1, 2] and "'6'" in failures[1]["reason"]
-    assert [(f["stage"], f["kind"]) for f in failures] == [("rubric", "unreadable")] * 2
+    assert [(f["stage"], f["kind"], f["retry"]) for f in failures] == [("rubric", "unreadable", True)] * 2
 
     # The rerun (fresh cache: resume must not rely on it) only asks for the rows that are not done yet.
     with JudgeServer() as server:
@@ -198,10 +198,11 @@ def test_math_shape_row_without_answer_is_skipped_before_any_judge_call(tmp_path
     printed = capsys.readouterr().out
     assert ("MATH-style answers: 2/3 extracted (last \\boxed{} of 'solution'); no answer found: 1/3 (skipped, listed "
             "in prepare_failures.jsonl)") in printed
-    assert "1 row(s) failed: 1 without a final answer (no judge call)" in printed
+    assert "leaving out 1 row(s) that can never be prepared as they are (1 without a final answer (no judge call))" \
+        in printed
     assert failures_of(out) == [{"index": 1, "stage": "answer", "kind": "no_answer", "reason":
-                                 "no final answer: column 'solution' has no \\boxed{} and no '#### ' line (name the "
-                                 "answer column with --answer-column)"}]
+                                 "no final answer: column 'solution' has no \\boxed{} and no '#### ' line in this row",
+                                 "retry": False}]
     prepared = datasets.load_from_disk(str(out))
     assert prepared["answer"] == ["42", "\\frac{1}{2}"] and prepared["problem"] == ["What is 6 * 7?", "Half of 1?"]
 
@@ -229,15 +230,17 @@ def test_judge_request_errors_are_reported_as_such(tmp_path, monkeypatch, capsys
                   "--judge-model", "openai/scripted-judge", "--api-base", server.api_base, "--out", str(out),
                   "--no-progress", "--transport", "openai_http"])
         assert server.requests == 3  # the probe, then one rubric request per row: a 400 is not retried
-    assert exited.value.code == 1
+    assert exited.value.code == 1  # no row could be prepared
     failures = failures_of(out)
-    assert [(f["index"], f["stage"], f["kind"]) for f in failures] == [(0, "rubric", "request_error"),
-                                                                      (1, "rubric", "request_error")]
+    # A row the judge refuses (HTTP 4xx) is refused again on a rerun: left out, not "retry".
+    assert [(f["index"], f["stage"], f["kind"], f["retry"]) for f in failures] == [
+        (0, "rubric", "request_error", False), (1, "rubric", "request_error", False)]
     assert failures[0]["reason"].startswith("judge request failed (rubric) after 1 attempt(s): HTTPStatusError "
                                             "(HTTP 400): ")
     assert "maximum context length is 1024 tokens" in failures[0]["reason"]
     captured = capsys.readouterr()
-    assert "2 row(s) failed: 2 with a judge request error" in captured.out
+    assert "leaving out 2 row(s) that can never be prepared as they are (2 with a judge request error)" in captured.out
+    assert "no row could be prepared, so no dataset is written" in captured.err
     assert "no readable <rubric>" not in captured.err + captured.out
 
 

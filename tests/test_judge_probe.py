@@ -88,6 +88,35 @@ def test_local_server_needs_no_key(monkeypatch, transport):
             assert judge.stats.failures == 0
 
 
+def test_probe_refuses_a_missing_gemini_key_naming_the_variable(monkeypatch):
+    """Issue 33 item 3: LiteLLM raises "Missing Gemini API key" as a connection error (with a traceback in its
+    message); the probe used to warn "training continues" and every row was retried 5 times."""
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    with LiteLLMJudge("gemini/gemini-2.5-flash-lite", cache_dir=None, num_retries=3, **FAST) as judge:
+        with pytest.raises(JudgeConfigurationError) as raised:
+            judge.probe()
+        assert judge.stats.attempts == 0  # the probe is uncounted; nothing else was sent
+    message = str(raised.value)
+    assert "the API key was refused or is missing (HTTP 401); key variable GEMINI_API_KEY is NOT set" in message
+    assert "Traceback" not in message and "\n" not in message
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_probe_refuses_a_key_the_provider_rejects_with_http_400(monkeypatch, transport):
+    """Gemini answers a wrong key with 400 "API key not valid": refused by the probe, and fatal (no per-row
+    failures, no retries) for a judge built without a probe."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong-key-0123")
+    with JudgeServer(fault_rate=1.0, fault_kinds=("key_not_valid",)) as server, \
+            make_judge(server.api_base, transport, num_retries=3) as judge:
+        with pytest.raises(JudgeConfigurationError, match=r"refused or is missing \(HTTP 401\); key variable "
+                                                          r"OPENAI_API_KEY is set"):
+            judge.probe()
+        with pytest.raises(JudgeConfigurationError):
+            judge.grade_prefixes([("P", POINTS, "alpha"), ("Q", POINTS, "beta")])
+        assert server.requests <= 3 and judge.stats.retries == 0 and judge.stats.failures == 0
+
+
 def test_missing_key_is_a_configuration_error_without_retries(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     # No api_base: the real provider; LiteLLM refuses to send without a key ("Missing credentials", as a 500).

@@ -400,10 +400,11 @@ def test_prepare_stops_starting_rows_when_the_budget_is_spent_and_resumes(tmp_pa
     with JudgeServer() as server:
         with pytest.raises(SystemExit) as exited:
             main(prepare_args(data, server, tmp_path / "out", "--max-total-tokens", "1", "--max-concurrency", "1"))
-        assert exited.value.code == 1
+        assert exited.value.code == 3  # a budget stop has its own exit status (issue 33 item 5)
         err = capsys.readouterr().err
         # --max-concurrency 1 lets two rows be in flight: both finish, then no new row starts
-        assert "judge_max_total_tokens" in err and "stopped after 2 prepared rows" in err
+        assert "--max-total-tokens=1" in err and "judge_max" not in err and "stopped after 2 prepared rows" in err
+        assert len(datasets.load_from_disk(str(tmp_path / "out"))) == 2  # the prepared rows are written
         assert server.requests == 4
         main(prepare_args(data, server, tmp_path / "out"))  # a rerun without the budget finishes the rest
     assert len(datasets.load_from_disk(str(tmp_path / "out"))) == 6
@@ -476,4 +477,4 @@ def test_the_done_line_says_why_the_budget_ended_training(capsys):
                               state=SimpleNamespace(log_history=[]), args=SimpleNamespace())
     report_done("ppm-trl train", {"output_dir": "/abs/out"}, trainer, SimpleNamespace(env_name="multi_add", env_n=2))
     err = capsys.readouterr().err
-    assert "ppm-trl train: stopped early: judge budget spent at step 1" in err
+    assert "ppm-trl train: stopped early (exit status 3): judge budget spent at step 1" in err

@@ -1,6 +1,8 @@
 """README "Train on your own data", run as written: a GSM8K-shaped and a MATH-shaped JSONL through `prepare`,
 `train --method ppm|papo|arg` and `eval`, through the installed `ppm-trl` entry point, against the loopback
-OpenAI-compatible judge (tests/judge_server.py), with the tiny model and `--max_steps 2` (issue #18 item 7)."""
+OpenAI-compatible judge (tests/judge_server.py), with the tiny model and `--max_steps 2` (issue #18 item 7), on
+messy files (issue 33 item 1): a row without an answer, a solution without its final line, a very long row, a
+`\\fbox{}` answer and duplicates. (A chat without a reply: tests/test_prepare_messy.py.)"""
 
 from __future__ import annotations
 
@@ -25,6 +27,17 @@ GSM8K = [{"question": f"Natalia sold {n} clips in April and half as many in May.
 MATH = [{"problem": f"What is ${n} + {n + 1}$?",
          "solution": f"We add the two numbers: ${n} + {n + 1} = {2 * n + 1}$.\nSo the answer is $\\boxed{{{2 * n + 1}}}$."}
         for n in range(20)]
+# What real files hold besides: rows that can never be used (left out and listed), a prompt longer than the tiny
+# model's context (left out by `train`, counted), another box spelling, and repeated rows (judged once).
+MESSY_GSM8K = [*GSM8K,
+               {"question": "A row whose answer is missing?", "answer": None},
+               {"question": "A row whose solution has no final line?", "answer": "She sold some clips in May."},
+               {"question": "Long " + "word " * 3000 + "How many?", "answer": "It is 5.\n#### 5"},
+               GSM8K[0], GSM8K[1]]
+MESSY_MATH = [*MATH,
+              {"problem": "Prove it.", "solution": "By induction on n."},
+              {"problem": "What is $7 + 0$?", "solution": "Adding zero: \\fbox{7}."},
+              MATH[0]]
 
 
 def grading_judge(body: dict) -> str:
@@ -43,8 +56,8 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def test_readme_own_data_commands(tmp_path):
-    _jsonl(tmp_path / "gsm8k.jsonl", GSM8K)
-    _jsonl(tmp_path / "math.jsonl", MATH)
+    _jsonl(tmp_path / "gsm8k.jsonl", MESSY_GSM8K)
+    _jsonl(tmp_path / "math.jsonl", MESSY_MATH)
     _jsonl(tmp_path / "gsm8k_test.jsonl", GSM8K[:3])
     _jsonl(tmp_path / "math_test.jsonl", MATH[:3])
     settings = readme_block("Train on your own data", "bash", index=0)
@@ -67,10 +80,13 @@ def test_readme_own_data_commands(tmp_path):
 
     import datasets
 
-    for shape in ("gsm8k", "math"):
+    for shape, size, left_out in (("gsm8k", 23, [20, 21]), ("math", 22, [20])):
         prepared = datasets.load_from_disk(str(tmp_path / "data" / shape))
         assert {"prompt", "answer", "reference", "reasoning_points", "reasoning_graph"} <= set(prepared.column_names)
-        assert len(prepared) == 20
+        assert len(prepared) == size  # every row but the ones that can never be prepared, duplicates included
+        failures = [json.loads(line) for line in (tmp_path / "data" / shape / "prepare_failures.jsonl").open()]
+        assert [(f["index"], f["retry"]) for f in failures] == [(index, False) for index in left_out]
+    assert datasets.load_from_disk(str(tmp_path / "data" / "math"))["answer"][-2:] == ["7", "1"]  # \fbox{7}
     assert datasets.load_from_disk(str(tmp_path / "data" / "gsm8k"))["answer"][:2] == ["3", "6"]  # after ####
     assert datasets.load_from_disk(str(tmp_path / "data" / "math"))["answer"][:2] == ["1", "3"]  # last \boxed{}
 
@@ -86,6 +102,11 @@ def test_readme_own_data_commands(tmp_path):
     pointers = [line for line in result.stderr.splitlines() if line.startswith("ppm-trl train: evaluate with: ")]
     assert len(pointers) == 7 and f"--model {tmp_path / 'outputs' / 'ppm_gsm8k'} --dataset_name" in pointers[0]
     assert "Failed to fetch remote model cost map" not in result.stderr  # offline: LiteLLM's local price map
+    # The very long row: left out by each gsm8k run (3 on the prepared data, 1 on the raw file), counted.
+    assert result.stderr.count("ppm-trl train: leaving out the prompts that do not fit: 1 of ") == 4
+    # The raw file's unusable rows, listed in one line by the ARG run that reads it.
+    assert "ppm-trl: left out 2 of 25 rows that cannot be used (rows 20, 21)" in result.stderr
+    assert "Traceback" not in result.stderr
     for ppm in (done[0], done[3]):  # the judge graded the rollouts, and some reached a point
         assert ppm["metrics_mean"]["ppm/final_progress"] > 0, ppm
         assert ppm["metrics_mean"].get("ppm/unscorable_frac", 0) < 1, ppm

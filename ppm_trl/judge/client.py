@@ -75,8 +75,10 @@ _CREDENTIAL_ARGUMENT = re.compile(r"key|secret|password|credential|session_token
 _CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
 _FATAL_STATUS = {401, 403, 404}  # misconfiguration (key, permission, model name): fail loudly, do not retry
 _RETRY_STATUS = {408, 409, 425, 429}  # plus every 5xx
-# LiteLLM reports a key the OpenAI SDK refused before sending (none set) as a retryable 500: it is a 401.
-_MISSING_KEY = re.compile(r"missing credentials|api_key client option must be set|no api key provided", re.IGNORECASE)
+# LiteLLM reports a key the OpenAI SDK refused before sending (none set) as a retryable 500, and a missing Gemini key
+# as a connection error; Gemini answers a wrong key with HTTP 400 ("API key not valid"): each is a 401.
+_MISSING_KEY = re.compile(r"missing credentials|api_key client option must be set|no api key provided"
+                          r"|missing \w+ api key|api key not valid|api_key_invalid", re.IGNORECASE)
 # Providers whose key variable LiteLLM reads; others: `<PROVIDER>_API_KEY`.
 _KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "hosted_vllm": "HOSTED_VLLM_API_KEY", "gemini": "GEMINI_API_KEY",
                   "anthropic": "ANTHROPIC_API_KEY", "openrouter": "OPENROUTER_API_KEY", "azure": "AZURE_API_KEY"}
@@ -184,6 +186,11 @@ def is_connection_refused(error: BaseException) -> bool:
         if type(cause).__name__ in ("ConnectError", "ClientConnectorError") and not isinstance(cause, TimeoutError):
             return True
     return False
+
+
+def _first_lines(error: BaseException) -> str:
+    """An error's message without the traceback LiteLLM copies into some of its messages."""
+    return str(error).split("\nTraceback (most recent call last)", 1)[0].strip()
 
 
 def _classify(error: BaseException) -> str:
@@ -388,7 +395,7 @@ class LiteLLMJudge(JudgeTasks):
             key = f"key variable {variable} is {'set' if os.environ.get(variable) else 'NOT set'}"
             if not os.environ.get(variable) and self.model.startswith(("openai/", "hosted_vllm/")) and self.api_base:
                 key += " (needed only if this server asks for a key)"
-        detail = shown_error(f"{type(error).__name__}: {error}")
+        detail = shown_error(f"{type(error).__name__}: {_first_lines(error)}")
         return JudgeConfigurationError(
             f"judge model {self.model!r} at api_base={self.api_base or '(provider default)'} cannot be used: {hint} "
             f"{f'(HTTP {status})' if status is not None else '(no connection)'}; {key}. {detail}"
@@ -582,7 +589,7 @@ class LiteLLMJudge(JudgeTasks):
                 if verdict == "fail" or attempt == self.num_retries:
                     status = getattr(error, "status_code", None)
                     reason = (f"{type(error).__name__}{f' (HTTP {status})' if status else ''}: "
-                              f"{shown_error(str(error)) or f'no answer within {self.timeout:g} s'}")
+                              f"{shown_error(_first_lines(error)) or f'no answer within {self.timeout:g} s'}")
                     return self._give_up(started, attempt + 1, reason, REQUEST_ERROR)
                 await asyncio.sleep(self._backoff(attempt, _retry_after_seconds(error)))
                 continue
@@ -680,7 +687,7 @@ class LiteLLMJudge(JudgeTasks):
                 raise self._configuration_error(error) from None
             if _classify(error) == "fatal":
                 raise self._configuration_error(error) from None
-            problem = shown_error(f"{type(error).__name__}: {error}")
+            problem = shown_error(f"{type(error).__name__}: {_first_lines(error)}")
             logger.warning("judge probe of %r at %s failed (training continues; requests will be retried): %s",
                            self.model, self.api_base or "the provider", problem)
             return problem

@@ -30,7 +30,8 @@ A resumed checkpoint's own files are untrusted input: a trainer_state.json field
 that `weights_only` refuses or that does not fit (RNG state, optimizer, scheduler, weights), a method state that
 does not load (ARG's selector), a symbolic link for a folder or file: each is one `CheckpointError` naming the file.
 SIGTERM (a preemption) during `train` is deferred: the step and any save in progress finish, a checkpoint of
-that step is saved, and `train` exits with status 143; a second SIGTERM outside a save stops at once.
+that step is saved, and `train` exits with status 143; a second SIGTERM outside a save stops at once. Ctrl-C
+(SIGINT) does the same and exits with status 130, with one line instead of a KeyboardInterrupt traceback.
 
 Hub uploads (`push_to_hub`, and the pushes during training with `push_to_hub=True`) leave out the files a run
 keeps for itself in `output_dir` (`run_private_patterns`: the judge cache with its answers and `api_base`,
@@ -381,6 +382,9 @@ def _uploads_ignoring(patterns: list[str]):
         yield
     finally:
         setattr(module, HUB_API[1], shared)
+
+
+_SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}  # the signals `train` stops cleanly on
 
 
 class _StopOnSigterm(TrainerCallback):
@@ -748,12 +752,13 @@ class MethodTrainer(GRPOTrainer):
             self._background_futures = None
 
     # ---------------------------------------------------------------------- training, checkpoints, preemption
-    _sigterm_received = False
+    _sigterm_received = False  # SIGTERM or Ctrl-C arrived: stop after this step (the name predates Ctrl-C)
+    _stop_signal = signal.SIGTERM  # which of the two
     _saving = False
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's `train`, resuming only from a complete checkpoint (`True`/`"last"`: the newest; see the module
-        doc), training no step past `max_steps`, and stopping cleanly on SIGTERM (exit status 143)."""
+        doc), training no step past `max_steps`, and stopping cleanly on SIGTERM (exit status 143) or Ctrl-C (130)."""
         checkpoint, message = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
         if message and self.accelerator.is_main_process:
             print(f"ppm_trl: {message}", file=sys.stderr, flush=True)
@@ -773,28 +778,31 @@ class MethodTrainer(GRPOTrainer):
             result = super().train(checkpoint, *args, **kwargs)
         finally:
             self.remove_callback(stopper)
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for signum, handler in (previous or {}).items():
+                signal.signal(signum, handler)
         if self._sigterm_received:
             if self.accelerator.is_main_process:
-                print(f"ppm_trl: stopped by SIGTERM after step {self.state.global_step}; its checkpoint is saved in "
-                      f"{self.args.output_dir} (resume with resume_from_checkpoint=last)", file=sys.stderr, flush=True)
-            raise SystemExit(128 + signal.SIGTERM)
+                print(f"ppm_trl: stopped by {_SIGNAL_NAMES[self._stop_signal]} after step {self.state.global_step}; "
+                      f"its checkpoint is saved in {self.args.output_dir} (resume with resume_from_checkpoint=last)",
+                      file=sys.stderr, flush=True)
+            raise SystemExit(128 + self._stop_signal)
         return result
 
     def _install_sigterm_handler(self):
-        """Defer SIGTERM (main thread only; elsewhere signals cannot be handled): the previous handler, or None."""
+        """Defer SIGTERM and Ctrl-C (main thread only; elsewhere signals cannot be handled): {signal: the previous
+        handler}, or None."""
         if threading.current_thread() is not threading.main_thread():
             return None
 
-        def on_sigterm(signum, frame):
+        def on_stop_signal(signum, frame):
             if self._sigterm_received and not self._saving:
                 raise SystemExit(128 + signum)  # asked twice: stop now (incomplete checkpoints are never resumed)
-            self._sigterm_received = True
-            os.write(2, b"ppm_trl: SIGTERM: finishing this step (and any checkpoint being written), saving a "
-                        b"checkpoint, then stopping; a second SIGTERM stops at once\n")  # print() is not reentrant
+            self._sigterm_received, self._stop_signal = True, signum
+            name = _SIGNAL_NAMES[signum].encode()
+            os.write(2, b"\nppm_trl: " + name + b": finishing this step (and any checkpoint being written), saving a "
+                        b"checkpoint, then stopping; a second " + name + b" stops at once\n")  # print() is not reentrant
 
-        return signal.signal(signal.SIGTERM, on_sigterm)
+        return {signum: signal.signal(signum, on_stop_signal) for signum in _SIGNAL_NAMES}
 
     def _sigterm_anywhere(self) -> bool:
         """Whether any process got SIGTERM (a collective: every process stops after the same step)."""

@@ -25,12 +25,11 @@ def check_columns(dataset, required: dict[str, str], method: str) -> None:
         columns = getattr(ds, "column_names", None) or []
         for column, kind in required.items():
             if column not in columns:
-                from ..columns import FIXES
+                from ..columns import column_fix
 
                 raise ValueError(
                     f"{method} needs the `{column}` column in the dataset; the dataset's columns are {sorted(columns)}. "
-                    f"Fix: {FIXES.get(column, 'see the dataset format in the README')} (in Python: "
-                    "`ppm_trl.columns.map_columns(dataset, problem_column=..., answer_column=..., reference_column=...)`)."
+                    f"Fix: {column_fix(column, method, 'python') or 'see the dataset format in the README'}."
                 )
             if not hasattr(ds, "__len__"):
                 continue
