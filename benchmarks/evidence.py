@@ -443,14 +443,22 @@ def plot_ppm(args, ppm: dict, by_n: dict, horizons: list[int]) -> None:
                 if s is None:
                     axes[2].scatter([n], [ppm["samples_budget"]], marker="^", facecolors="none", edgecolors="gray")
     axes[2].axhline(ppm["samples_budget"], color="gray", lw=0.8, ls="--")
-    for ax, title in zip(axes, ("final all-correct, T = 1", "final all-correct, greedy",
-                                f"samples to {args.target_line}^n (median; ▲ censored)")):
-        ax.set_xlabel("horizon n")
+    save_figure(fig, axes, ("final all-correct, T = 1", "final all-correct, greedy",
+                            f"samples to {args.target_line}^n (median; ▲ censored)"), "horizon n",
+                os.path.join(args.output_dir, "ppm_horizons.png"))
+
+
+def save_figure(fig, axes, titles, xlabel: str, path: str) -> None:
+    """Title, label and grid each panel, legend the first, write `path`."""
+    import matplotlib.pyplot as plt
+
+    for ax, title in zip(axes, titles):
+        ax.set_xlabel(xlabel)
         ax.set_title(title)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.output_dir, "ppm_horizons.png"), dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -576,15 +584,8 @@ def plot_papo(args, report_: dict) -> None:
             steps = [s for s, _ in series[0]]
             ax.plot(steps, [statistics.fmean(v[i][1] for v in series) for i in range(len(steps))], marker="o",
                     label=arm)
-    for ax, title in zip(axes, ("accuracy (T = 1)", "line accuracy", "rows with zero advantage",
-                                "completion length")):
-        ax.set_xlabel("step")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.output_dir, "papo.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, axes, ("accuracy (T = 1)", "line accuracy", "rows with zero advantage", "completion length"),
+                "step", os.path.join(args.output_dir, "papo.png"))
 
 
 # ------------------------------------------------------------------------------------------------------------- ARG
