@@ -449,8 +449,7 @@ def run_prepare(args: argparse.Namespace):
 
     judge = LiteLLMJudge(args.judge_model, api_base=args.api_base, max_concurrency=args.max_concurrency,
                          timeout=args.timeout, num_retries=args.num_retries, temperature=args.temperature,
-                         cache_dir=None if str(args.cache_dir).lower() == "none"
-                         else args.cache_dir or os.path.join(work_dir, "judge_cache"),
+                         cache_dir=judge_cache_dir(args.cache_dir, work_dir),
                          api_key_env=args.api_key_env, transport=args.transport, max_rpm=args.max_rpm,
                          max_tpm=args.max_tpm, max_cost_usd=args.max_cost_usd,
                          max_total_tokens=args.max_total_tokens,
@@ -577,6 +576,15 @@ def normalize_flags(argv: list[str], parser: argparse.ArgumentParser) -> list[st
         out.append(arg)
     check_flags(out, parser, "prepare", PREPARE_RENAMED)
     return out
+
+
+
+def judge_cache_dir(flag: str | None, work_dir: str) -> str | None:
+    """The judge cache of `--cache-dir`: `<work dir>/judge_cache` when the flag is not given (a rerun, or a second
+    `prepare` on the same work dir, pays for nothing twice), none for `--cache-dir none`, else the path given."""
+    if flag is None:
+        return os.path.join(work_dir, "judge_cache")
+    return None if flag.strip().lower() == "none" else flag
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -313,3 +313,28 @@ def test_ctrl_c_delivered_to_the_judge_loop_thread_still_interrupts_at_once():
         "interrupted: interrupted after 2/20 rows; rerun the same command to resume",
         "work finished: False",  # cancelled, not waited for
     ]
+
+
+def test_prepare_keeps_a_judge_cache_by_default(dataset_dir, tmp_path, monkeypatch):
+    """Without --cache-dir the answers are cached in <work dir>/judge_cache: a second prepare of the same rows (its
+    progress files gone, as for a concurrent run) pays for nothing; `--cache-dir none` keeps no cache."""
+    import shutil
+
+    from ppm_trl.prepare import judge_cache_dir
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    out = tmp_path / "out"
+    with JudgeServer() as server:
+        main(arguments(dataset_dir, server, out, "--answer-column", "answer", "--drop-invalid"))
+        first = grading_requests(server)
+        assert first > 0 and (out / "judge_cache").is_dir()
+        for entry in out.iterdir():
+            if entry.name != "judge_cache":
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        main(arguments(dataset_dir, server, out, "--answer-column", "answer", "--drop-invalid"))
+        # Every answer came from the cache but row 2's rubric, which fails its check (such answers are never
+        # cached); without a cache the second run sent all of them again.
+        assert grading_requests(server) == first + 1
+    assert judge_cache_dir(None, "w") == os.path.join("w", "judge_cache")
+    assert judge_cache_dir("none", "w") is None and judge_cache_dir(" None ", "w") is None
+    assert judge_cache_dir("/c", "w") == "/c"
