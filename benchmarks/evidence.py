@@ -630,7 +630,9 @@ def arg_part(args, summary: dict, tables: list[str]) -> None:
             "selector_prob": {level: [logged_series(r, f"arg/selector_prob/{level}") for r in results]
                               for level in levels}}
         a = report_[arm]
-        rows.append([VARIANT_LABELS[variant], f"{a['all_failure_groups']:.0f}", f"{a['groups_with_accepted']:.0f}",
+        guided = variant != "sparse"  # GRPO guides nothing: no all-failure counts to show
+        rows.append([VARIANT_LABELS[variant], f"{a['all_failure_groups']:.0f}" if guided else "–",
+                     f"{a['groups_with_accepted']:.0f}" if guided else "–",
                      fmt(a["rescue_rate"]), " ".join(fmt(v) for v in a["rescue_rate_per_seed"]),
                      fmt_interval(a["pass@1"]), fmt_interval(a["pass@8"]), fmt_interval(a["avg@8"]),
                      fmt_interval(a["greedy_all_correct"]),
