@@ -1,4 +1,4 @@
-"""`ppm-trl train | eval | prepare`.
+"""`ppm-trl train | eval | prepare | estimate`.
 
 `train` parses YAML + flags the TRL way (`TrlParser`): every field of the method's config (`PPMConfig`,
 `PAPOConfig`, `ARGConfig` or TRL's `GRPOConfig`), of TRL's `ModelConfig` (LoRA: `--use_peft --lora_r ...`) and of
@@ -846,10 +846,12 @@ def evaluate(argv: list[str]) -> dict:
     return report
 
 
-USAGE = ("usage: ppm-trl {train,eval,prepare} ... [--debug]\n"
+USAGE = ("usage: ppm-trl {train,eval,prepare,estimate} ... [--debug]\n"
          f"  train    --config FILE.yaml [--key value ...]  (method: {'|'.join(METHODS)})\n"
          "  eval     --model DIR --env NAME | --dataset_name ID  (pass@k, avg@n)\n"
          "  prepare  --dataset ID --reference-column COL --judge-model M --out DIR  (answer, reference, points, graph)\n"
+         "  estimate [prepare] <train's or prepare's flags> [--calibrate N] [--json F]  (judge requests, tokens, "
+         "cost, time)\n"
          "  --debug  show the Python traceback of an error")
 
 
@@ -859,7 +861,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
-    commands = ("train", "eval", "prepare")
+    commands = ("train", "eval", "prepare", "estimate")
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(USAGE)
         raise SystemExit(0 if argv and argv[0] in ("-h", "--help") else 2)
@@ -875,6 +877,10 @@ def main(argv: list[str] | None = None) -> None:
             train(rest)
         elif command == "eval":
             evaluate(rest)
+        elif command == "estimate":
+            from .estimate import main as estimate_main
+
+            estimate_main(rest)
         else:
             from .prepare import main as prepare_main
 

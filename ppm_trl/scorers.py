@@ -202,11 +202,12 @@ def build_judge(args):
     return LiteLLMJudge(**args.judge_kwargs(args.output_dir))
 
 
-def build_progress_scorer(args) -> ProgressScorer:
-    """The progress scorer a `PPMConfig` names (`progress_scorer`: programmatic | judge)."""
+def build_progress_scorer(args, judge=None) -> ProgressScorer:
+    """The progress scorer a `PPMConfig` names (`progress_scorer`: programmatic | judge); `judge`: the judge to ask
+    (default: the LiteLLM judge of `args`; `ppm-trl estimate` passes one that records the requests)."""
     if args.progress_scorer == "programmatic":
         return ProgressScorer(ProgrammaticPointMatcher(), mode=args.progress_mode, shortcutting=args.shortcutting)
-    judge = build_judge(args)
+    judge = build_judge(args) if judge is None else judge
     if args.progress_mode == "process_reward":
         return JudgeProcessRewardScorer(judge)
     return ProgressScorer(JudgePointMatcher(judge), mode=args.progress_mode, shortcutting=args.shortcutting)
@@ -217,8 +218,9 @@ def scorer_judge(scorer):
     return getattr(scorer, "judge", None) or getattr(getattr(scorer, "matcher", None), "judge", None)
 
 
-def build_process_scorer(args):
-    """The process scorer a `PAPOConfig` names (`process_scorer`: programmatic | judge)."""
+def build_process_scorer(args, judge=None):
+    """The process scorer a `PAPOConfig` names (`process_scorer`: programmatic | judge); `judge` as in
+    `build_progress_scorer`."""
     if args.process_scorer == "programmatic":
         return ProgrammaticProcessScorer()
-    return JudgeProcessScorer(build_judge(args), rubric=args.rubric)
+    return JudgeProcessScorer(build_judge(args) if judge is None else judge, rubric=args.rubric)
