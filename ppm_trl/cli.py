@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
@@ -216,54 +215,16 @@ def _user_setting(argv: list[str], config: dict, key: str):
     return config.get(key)
 
 
-BATCH_KEYS = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-              "generation_batch_size", "steps_per_generation")
-
-
 def fit_generation_batch(given: dict, defaults: dict, num_processes: int = 1) -> tuple[dict, str | None]:
-    """(settings to default, a line saying so) that make TRL's generation batch hold whole groups of
-    `num_generations` completions; a UsageError naming the flags when the user's own settings cannot.
+    """`ppm_trl.configs.fit_generation_batch` — the configs' own rule for whole groups in TRL's generation batch —
+    with the fix spelled as flags and a settings conflict as a UsageError. `train` applies it before the parse for
+    every method (TRL's GRPOConfig has no such rule) and prints the line it returns."""
+    from .configs import fit_generation_batch as fit
 
-    TRL's generation batch is per_device_train_batch_size × processes × steps_per_generation (default: the
-    gradient accumulation steps) or `generation_batch_size`, and must be a multiple of num_generations: PPM's 16
-    against TRL's batch of 8 fails. When the user set none of gradient_accumulation_steps, generation_batch_size
-    and steps_per_generation, gradient_accumulation_steps is derived: each optimizer step trains on whole groups,
-    on-policy, with the per-device (memory) batch unchanged. `given` holds the user's values (None: not given).
-    """
-    def value(key):
-        return int(given[key]) if given.get(key) is not None else defaults.get(key)
-
-    generations, per_device = value("num_generations"), value("per_device_train_batch_size")
-    if not generations or generations < 1 or not per_device or per_device < 1:
-        return {}, None  # the configs' own checks name these
-    global_batch = per_device * num_processes
-    processes = f"{num_processes} process{'es' * (num_processes != 1)}"
-    if given.get("generation_batch_size") is not None:
-        batch, how, flag = value("generation_batch_size"), "generation_batch_size", "generation_batch_size"
-    elif given.get("steps_per_generation") is not None:
-        steps = value("steps_per_generation")
-        batch, flag = global_batch * steps, "steps_per_generation"
-        how = f"per_device_train_batch_size={per_device} × {processes} × steps_per_generation={steps}"
-    else:
-        steps = value("gradient_accumulation_steps") or 1
-        batch, flag = global_batch * steps, "gradient_accumulation_steps"
-        how = f"per_device_train_batch_size={per_device} × {processes} × gradient_accumulation_steps={steps}"
-    if batch % generations == 0:
-        return {}, None
-    fitting_steps = generations // math.gcd(global_batch, generations)
-    if all(given.get(k) is None for k in ("gradient_accumulation_steps", "generation_batch_size",
-                                          "steps_per_generation")):
-        total = global_batch * fitting_steps
-        return {"gradient_accumulation_steps": fitting_steps}, (
-            f"num_generations={generations} completions per prompt do not fit a batch of per_device_train_batch_size="
-            f"{per_device} × {processes}, so gradient_accumulation_steps={fitting_steps}: each optimizer step trains "
-            f"on {total} completions ({total // generations} prompt(s) × {generations}); set "
-            "gradient_accumulation_steps, per_device_train_batch_size or num_generations to choose otherwise")
-    fix = (f"--generation_batch_size {global_batch * fitting_steps}" if flag == "generation_batch_size"
-           else f"--{flag} {fitting_steps}")
-    raise UsageError(f"the generation batch ({how} = {batch}) must be a multiple of num_generations={generations}, "
-                     f"so that each prompt's {generations} completions are scored together; set {fix}, or "
-                     f"--per_device_train_batch_size {generations}, or a --num_generations that divides {batch}")
+    try:
+        return fit(given, defaults, num_processes, flags=True)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def parse_train_args(argv: list[str]):
@@ -285,6 +246,8 @@ def parse_train_args(argv: list[str]):
         raise UsageError(f"num_generations must be >= 1 (samples per prompt; GRPO needs >= 2), got {generations}")
     use_cpu = str(_flag_value(argv, "--use_cpu", config.get("use_cpu", False))).lower() in ("true", "1", "yes")
     parser.set_defaults(bf16=auto_bf16() and not use_cpu)  # the YAML and flags override it
+    from .configs import BATCH_KEYS
+
     given = {key: _user_setting(argv, config, key) for key in BATCH_KEYS}
     if all(v is None or str(v).isdigit() for v in given.values()):  # else the parser names the bad value
         defaults = {f.name: f.default for f in dataclasses.fields(config_class) if f.name in BATCH_KEYS}
