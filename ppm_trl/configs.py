@@ -256,7 +256,7 @@ class JudgeArguments:
 
 
 @dataclass
-class PPMConfig(WholeGroupBatches, GRPOConfig, JudgeArguments):
+class PPMConfig(JudgeArguments, WholeGroupBatches, GRPOConfig):
     r"""Configuration of [`PPMGRPOTrainer`] (Progressive Point Matching, paper §4–5, App. B).
 
     Segment k of a completion gets reward r_k = m_k − m_{k−1} (+ outcome), where m_k is the fraction of reference
@@ -369,7 +369,7 @@ class PPMConfig(WholeGroupBatches, GRPOConfig, JudgeArguments):
 
 
 @dataclass
-class PAPOConfig(WholeGroupBatches, GRPOConfig, JudgeArguments):
+class PAPOConfig(JudgeArguments, WholeGroupBatches, GRPOConfig):
     r"""Configuration of [`PAPOTrainer`] (PAPO, decoupled advantages, paper §4).
 
     A = A_out + λ·A_proc: A_out is the GRPO advantage of the binary outcome over the whole group; A_proc normalises

@@ -135,3 +135,10 @@ def test_demo_and_benchmark_runs_resolve_to_their_snapshot():
 
 def write_snapshot() -> None:
     SNAPSHOT.write_text(json.dumps(resolved_demo_configs(), indent=1, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_first_positional_argument_is_output_dir_as_in_grpo_config(tmp_path, index):
+    # GRPOConfig("out") names the output dir; so must PPMConfig("out") (it once set judge_model instead)
+    config = _classes()[index](str(tmp_path / "out"), **CPU)
+    assert config.output_dir == str(tmp_path / "out")

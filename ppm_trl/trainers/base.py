@@ -474,7 +474,7 @@ def plan_generation_calls(budgets: list[int], rooms: list[int | None]) -> list[t
 class MethodTrainer(GRPOTrainer):
     """GRPOTrainer with public hooks for a method's rollouts, scores, advantages and checkpoint state."""
 
-    def __init__(self, model, reward_funcs, args=None, train_dataset=None, **kwargs):
+    def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, **kwargs):
         # TRL reads `_name`, `_paper` and `_tag_names` for the model card (and the tags in __init__): the method's
         # registry record says them (`ppm_trl.methods.Method.model_card`), unless a subclass of the registered
         # trainer sets its own.
@@ -496,9 +496,26 @@ class MethodTrainer(GRPOTrainer):
         # Once per trainer, however many method classes its MRO composes.
         method = method_of_trainer(type(self))
         check_reward_columns(train_dataset, reward_funcs, method.name.upper() if method else type(self).__name__)
-        if args is not None:
-            model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
+        if args is None:
+            args = self.default_config(model)
+        model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+
+    @classmethod
+    def default_config(cls, model):
+        """The method's config with its defaults, for a trainer built without `args` — as GRPOTrainer builds
+        `GRPOConfig("<model name>-GRPO")`: output_dir `<model name>-<METHOD>` (`Qwen3-1.7B-PPM`, `tiny-PPM-ARG`).
+        One departure, as `ppm-trl train` makes it: bf16 only where a GPU supports it (TRL's default, bf16 on,
+        refuses to build on a CPU)."""
+        from ..methods import method_of_trainer
+
+        method = method_of_trainer(cls)
+        if method is None:
+            raise ValueError(f"{cls.__name__} is no registered method's trainer: pass its config as `args`")
+        name = model if isinstance(model, str) else get_config_model_id(model.config)
+        name = str(name).rstrip("/").split("/")[-1]
+        bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        return method.config_class()(output_dir=f"{name}-{method.name.upper().replace('+', '-')}", bf16=bf16)
 
     # ------------------------------------------------------------------------------------------ public hooks
     def on_rollout(self, rollout: Rollout) -> Rollout:
