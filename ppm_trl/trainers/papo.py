@@ -41,7 +41,8 @@ class PAPOTrainer(MethodTrainer):
             default: built from `args.process_scorer` (`programmatic` point fraction, or the LiteLLM rubric `judge`).
             With `args.overlap_scoring` (default) it is called on the base's worker thread, while TRL computes
             log-probs; a scorer that must run on the training thread (e.g. one that uses the policy's GPU) needs it off.
-        Everything else is `GRPOTrainer`'s; without `args`, `PAPOConfig("<model name>-PAPO")`. With the judge scorer the dataset needs a `reference` column.
+        Everything else is `GRPOTrainer`'s; without `args`, `PAPOConfig("<model name>-PAPO")`. With the judge
+        scorer the dataset needs a `reference` column.
     """
 
     def __init__(self, model, reward_funcs=None, args: PAPOConfig | None = None, train_dataset=None,
