@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .methods import METHODS, REWARDS, get_method, get_reward  # the registries (no TRL import)
+from .report import method_metrics_mean, nothing_learned, training_summary  # noqa: F401  (shared with the trainers)
 
 
 @dataclass
@@ -533,7 +534,7 @@ def build_trainer(script_args, training_args, model_args):
                 setattr(training_args, key, value)
         extra["environment_factory"] = MULTITURN_ENVIRONMENTS[script_args.env_name]
     trainer_class = get_method(script_args.method).trainer_class()
-    return trainer_class(
+    trainer = trainer_class(
         model=model,
         reward_funcs=build_reward_funcs(script_args, training_args),
         args=training_args,
@@ -542,6 +543,10 @@ def build_trainer(script_args, training_args, model_args):
         callbacks=[log_last_step_callback()],
         **extra,
     )
+    from .trainers.base import RunReport
+
+    trainer.remove_callback(RunReport)  # `report_done` says the same under the command's name, with the eval to run
+    return trainer
 
 
 def run_training(script_args, training_args, model_args):
@@ -559,28 +564,6 @@ def run_training(script_args, training_args, model_args):
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.env_name)
     return trainer, result
-
-
-def training_summary(trainer, result, method: str) -> dict:
-    """What `ppm-trl train` and the example scripts print when done: steps, loss, the absolute output dir, per-step
-    wall time (TRL's `step_time`), the mean of the method's metrics, peak GPU memory (and ARG's guidance totals)."""
-    import torch
-
-    history = trainer.state.log_history
-    summary = {"method": method, "steps": result.global_step, "train_loss": result.training_loss,
-               "output_dir": os.path.abspath(trainer.args.output_dir),
-               "metrics_mean": method_metrics_mean(history),
-               "train_runtime_s": result.metrics.get("train_runtime"),
-               "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry]}
-    selector = getattr(trainer, "prefix_selector", None)
-    if selector is not None:
-        summary["guidance_totals"] = {
-            name: sum(entry.get(f"arg/{name}", 0.0) for entry in history)
-            for name in ("all_failure_groups", "groups_with_accepted", "fallback_groups", "inserted_rows")}
-        summary["selector_probs"] = dict(zip(map(str, selector.levels), selector.probs().tolist()))
-    if torch.cuda.is_available():
-        summary["peak_torch_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
-    return summary
 
 
 def run_example(method: str, argv: list[str] | None = None) -> dict:
@@ -624,7 +607,7 @@ def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
               file=sys.stderr)
     problem = nothing_learned(trainer.state.log_history, trainer.args)
     if problem:
-        print(f"{prefix}: warning: nothing was learned: {problem}", file=sys.stderr)
+        print(f"{prefix}: warning: nothing was learned: {in_flag_spelling(problem)}", file=sys.stderr)
     print(f"{prefix}: evaluate with: {eval_command(summary['output_dir'], script_args)}", file=sys.stderr, flush=True)
 
 
@@ -641,34 +624,6 @@ def eval_command(output_dir: str, script_args) -> str:
     return f"ppm-trl eval --model {shlex.quote(output_dir)} {data} --num_samples 8 --k 1 8"
 
 
-def nothing_learned(history: list[dict], args) -> str | None:
-    """Why no gradient reached the model, from the logged metrics; None when it learned (or nothing was logged).
-
-    Every logged grad norm 0, or every completion filtered out of the loss: truncated completions masked
-    (`mask_truncated_completions`), or every group of PPM with zero advantage (`filter_zero_advantage_groups`).
-    """
-    def values(key):
-        return [entry[key] for entry in history if isinstance(entry.get(key), (int, float))]
-
-    reasons = []
-    clipped = values("completions/clipped_ratio")
-    if clipped and min(clipped) >= 1.0 and getattr(args, "mask_truncated_completions", False):
-        reasons.append(f"every completion reached max_completion_length={args.max_completion_length} and was masked "
-                       "out of the loss (mask_truncated_completions); raise max_completion_length, or set "
-                       "mask_truncated_completions false")
-    filtered = values("ppm/frac_rows_filtered")
-    if filtered and min(filtered) >= 1.0:
-        reasons.append("every group had zero advantage (all its completions earned the same rewards) and was "
-                       "dropped (filter_zero_advantage_groups); check the reward and judge metrics")
-    norms = values("grad_norm")
-    if norms and max(norms) == 0.0 and not reasons:
-        same = values("frac_reward_zero_std")
-        reasons.append("every logged grad_norm is 0" + (
-            "; every prompt's completions earned the same reward (frac_reward_zero_std = 1)"
-            if same and min(same) >= 1.0 else ""))
-    return "; ".join(reasons) or None
-
-
 def log_last_step_callback():
     """A callback that logs the last step when it is not a logging step: TRL's metrics since the last log would be
     dropped, and the `done` summary of a run shorter than `logging_steps` would have none."""
@@ -682,16 +637,6 @@ def log_last_step_callback():
             return control
 
     return LogLastStep()
-
-
-def method_metrics_mean(history: list[dict]) -> dict[str, float]:
-    """Mean over the logged steps of every ppm/, papo/, arg/, judge/ and reward metric (what a user checks first)."""
-    values: dict[str, list[float]] = {}
-    for entry in history:
-        for key, value in entry.items():
-            if key.startswith(("ppm/", "papo/", "arg/", "judge/", "reward")) and isinstance(value, (int, float)):
-                values.setdefault(key, []).append(float(value))
-    return {key: sum(v) / len(v) for key, v in sorted(values.items())}
 
 
 @dataclass

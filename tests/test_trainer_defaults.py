@@ -47,3 +47,43 @@ def test_ppm_without_any_reward_source_gets_trls_own_message(tmp_path, monkeypat
     # before: "missing 1 required positional argument: 'reward_funcs'"; now TRL's check speaks
     with pytest.raises(ValueError, match="No reward source provided"):
         PPMGRPOTrainer("tiny", train_dataset=make_dataset("multi_add", n=2, size=16))
+
+
+# ------------------------------------------------------------------ the end of a Python run (as `ppm-trl train`)
+def _ppm_run(tmp_path, completion_for=None):
+    from helpers import TINY_ARGS, script_generation
+
+    from ppm_trl import PPMConfig, PPMGRPOTrainer, make_dataset
+    from ppm_trl.rewards import env_outcome_reward
+
+    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
+    args = PPMConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, num_segments=2,
+                     max_completion_length=64, max_steps=2, **TINY_ARGS)
+    trainer = PPMGRPOTrainer("tiny", reward_funcs=env_outcome_reward, args=args, train_dataset=dataset)
+    if completion_for is not None:
+        script_generation(trainer, lambda prompt, index: completion_for(dataset, prompt, index))
+    trainer.train()
+    return trainer
+
+
+def test_python_run_that_learned_nothing_says_so_and_prints_its_summary(tmp_path, capsys):
+    import json
+
+    # every completion of the untrained tiny model fails: every group has zero advantage and is filtered
+    _ppm_run(tmp_path, lambda dataset, prompt, index: "no idea")
+    out, err = capsys.readouterr()
+    summary = json.loads(out.split("ppm_trl: done ", 1)[1].splitlines()[0])
+    assert summary["method"] == "ppm" and summary["steps"] == 2 and summary["output_dir"] == str(tmp_path)
+    assert summary["metrics_mean"]["ppm/frac_rows_filtered"] == 1.0
+    assert "ppm_trl: warning: nothing was learned: every group had zero advantage" in err
+
+
+def test_python_run_that_learned_does_not_warn(tmp_path, capsys):
+    def half_right(dataset, prompt, index):  # two of each group's four completions solve the problem
+        reference = next(row["reference"] for row in dataset if row["prompt"][0]["content"] in prompt)
+        return reference if index % 2 == 0 else "no idea"
+
+    trainer = _ppm_run(tmp_path, half_right)
+    out, err = capsys.readouterr()
+    assert "ppm_trl: done " in out and "nothing was learned" not in err
+    assert max(entry.get("grad_norm", 0.0) for entry in trainer.state.log_history) > 0

@@ -399,6 +399,30 @@ class _StopOnSigterm(TrainerCallback):
             control.should_training_stop = True
 
 
+class RunReport(TrainerCallback):
+    """When `train` ends (not stopped by a signal), on the main process: `ppm_trl: done {summary}` on stdout — steps,
+    loss, output dir, step times, the mean of the method's metrics (`ppm_trl.report.training_summary`) — and, when
+    no gradient reached the model, `ppm_trl: warning: nothing was learned: <why>` on stderr (the rule `ppm-trl train`
+    uses, `ppm_trl.report.nothing_learned`). `trainer.remove_callback(RunReport)` silences both."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        if trainer._sigterm_received or not state.is_world_process_zero:  # a stop says so itself
+            return
+        from ..methods import method_of_trainer
+        from ..report import nothing_learned, training_summary
+
+        method = method_of_trainer(type(trainer))
+        summary = training_summary(trainer, None, method.name if method else type(trainer).__name__)
+        print("ppm_trl: done " + json.dumps(summary), flush=True)
+        problem = nothing_learned(state.log_history, args)
+        if problem:
+            print(f"ppm_trl: warning: nothing was learned: {problem}", file=sys.stderr, flush=True)
+
+
 @dataclass
 class Rollout:
     """One generation batch of this process, by name (TRL's `_generate` returns these as an 8-tuple)."""
@@ -500,6 +524,7 @@ class MethodTrainer(GRPOTrainer):
             args = self.default_config(model)
         model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        self.add_callback(RunReport(self))
 
     @classmethod
     def default_config(cls, model):
