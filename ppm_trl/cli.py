@@ -60,6 +60,10 @@ class TrainScriptArguments:
     long_prompts: str = field(
         default="drop", metadata={"help": "What to do with prompts longer than max_prompt_length: `drop` (train "
                                   "without them, counted and named on stderr) or `error` (refuse, naming the rows)."})
+    license: str | None = field(
+        default=None, metadata={"help": "Licence written into the model card (an SPDX id or Hub licence name, e.g. "
+                                "apache-2.0). Default: the licence the base model's own card declares, else "
+                                "`unknown`. (The ppm-trl methods' cards; plain grpo keeps TRL's card.)"})
 
 
 def _config_class(method: str):
@@ -543,9 +547,12 @@ def build_trainer(script_args, training_args, model_args):
         callbacks=[log_last_step_callback()],
         **extra,
     )
-    from .trainers.base import RunReport
+    from .trainers.base import MethodTrainer, RunReport
 
     trainer.remove_callback(RunReport)  # `report_done` says the same under the command's name, with the eval to run
+    if isinstance(trainer, MethodTrainer):  # what its model card records (an env describes itself)
+        trainer.model_card_dataset = script_args.dataset_name
+        trainer.model_card_license = script_args.license
     return trainer
 
 
@@ -639,6 +646,9 @@ def log_last_step_callback():
     return LogLastStep()
 
 
+DEFAULT_EVAL_MAX_NEW_TOKENS = 512  # `eval`'s generation budget when neither the flag nor the model card says
+
+
 @dataclass
 class EvalArguments:
     """`ppm-trl eval`: a YAML key or a `--flag` each, like `train` (`--config eval.yaml` works too)."""
@@ -658,7 +668,12 @@ class EvalArguments:
     answer_column: str | None = field(default=None, metadata={"help": "As in `train`: the gold answer column."})
     num_samples: int = field(default=8, metadata={"help": "n, samples per problem."})
     k: list[int] = field(default_factory=lambda: [1, 8], metadata={"help": "The k of pass@k (each <= num_samples)."})
-    max_new_tokens: int = field(default=512, metadata={"help": "Generation budget per sample."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Generation budget per sample. Default: the max_completion_length the model "
+                                "was trained with, as its model card records it (ppm-trl's cards), else 512."})
+    max_problems: int | None = field(
+        default=None, metadata={"help": "Evaluate only the first N problems (of the dataset, or of the env's "
+                                "env_size); a quick check before a full evaluation."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (0 = greedy)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
     batch_size: int = field(default=64, metadata={"help": "HF generation batch (sequences)."})
@@ -674,6 +689,9 @@ class EvalArguments:
             raise UsageError("give --env NAME (synthetic) or --dataset_name ID_OR_FILE")
         if self.num_samples < 1:
             raise UsageError(f"--num_samples must be >= 1, got {self.num_samples}")
+        for flag in ("max_problems", "max_new_tokens"):
+            if getattr(self, flag) is not None and getattr(self, flag) < 1:
+                raise UsageError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
         bad = [k for k in self.k if not 1 <= k <= self.num_samples]
         if bad:
             raise UsageError(f"--k {' '.join(map(str, bad))}: pass@k needs 1 <= k <= num_samples "
@@ -716,6 +734,13 @@ def evaluate(argv: list[str]) -> dict:
     reward = "env_outcome" if args.env_name else "accuracy"
     check_model_source(args.model, "--model")
     dataset = prepare_dataset(script, None, load_train_dataset(script), [reward], source)
+    if args.max_problems is not None and args.max_problems < len(dataset):
+        dataset = dataset.select(range(args.max_problems))
+    max_new_tokens, budget_from = args.max_new_tokens, "--max_new_tokens"
+    if max_new_tokens is None:
+        trained = evaluation.trained_completion_length(args.model)
+        max_new_tokens, budget_from = ((trained, "the max_completion_length its model card records") if trained
+                                       else (DEFAULT_EVAL_MAX_NEW_TOKENS, "the default; set --max_new_tokens"))
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     backend = args.backend
     if backend == "auto":
@@ -724,15 +749,15 @@ def evaluate(argv: list[str]) -> dict:
         import torch
 
         backend = "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
-    print(f"ppm-trl eval: {len(dataset)} problems from {source}, {args.num_samples} samples each ({backend})",
-          file=sys.stderr)
+    print(f"ppm-trl eval: {len(dataset)} problems from {source}, {args.num_samples} samples each of at most "
+          f"{max_new_tokens} new tokens ({budget_from}) ({backend})", file=sys.stderr)
     if backend == "vllm":
         samples = evaluation.sample_completions_vllm(args.model, tokenizer, dataset["prompt"], args.num_samples,
-                                                     args.max_new_tokens, args.temperature, args.top_p, args.seed)
+                                                     max_new_tokens, args.temperature, args.top_p, args.seed)
     else:
         model = AutoModelForCausalLM.from_pretrained(args.model)
         samples = evaluation.sample_completions(model, tokenizer, dataset["prompt"], args.num_samples,
-                                                args.max_new_tokens, args.temperature, args.top_p, args.batch_size,
+                                                max_new_tokens, args.temperature, args.top_p, args.batch_size,
                                                 args.seed, progress=True)
     verifier = rewards.env_outcome_reward if args.env_name else rewards.accuracy_reward
     columns = [c for c in dataset.column_names if c != "prompt"]
@@ -743,7 +768,7 @@ def evaluate(argv: list[str]) -> dict:
         correct.append([bool(r) for r in verifier(completions, **kwargs)])
     metrics = evaluation.summarize(correct, args.k)
     report = {"model": args.model, "dataset": source, "problems": len(dataset), "samples_per_problem": args.num_samples,
-              **metrics}
+              "max_new_tokens": max_new_tokens, **metrics}
     print("ppm-trl eval: " + json.dumps(report))
     if args.output:
         problems = [{"index": i, "prompt": dataset[i]["prompt"], "answer": dataset[i].get("answer"),
