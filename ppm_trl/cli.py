@@ -8,13 +8,13 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 
 from .methods import METHODS, REWARDS, get_method, get_reward  # the registries (no TRL import)
+from .report import method_metrics_mean, nothing_learned, training_summary  # noqa: F401  (shared with the trainers)
 
 
 @dataclass
@@ -60,6 +60,10 @@ class TrainScriptArguments:
     long_prompts: str = field(
         default="drop", metadata={"help": "What to do with prompts longer than max_prompt_length: `drop` (train "
                                   "without them, counted and named on stderr) or `error` (refuse, naming the rows)."})
+    license: str | None = field(
+        default=None, metadata={"help": "Licence written into the model card (an SPDX id or Hub licence name, e.g. "
+                                "apache-2.0). Default: the licence the base model's own card declares, else "
+                                "`unknown`. (The ppm-trl methods' cards; plain grpo keeps TRL's card.)"})
 
 
 def _config_class(method: str):
@@ -216,54 +220,16 @@ def _user_setting(argv: list[str], config: dict, key: str):
     return config.get(key)
 
 
-BATCH_KEYS = ("num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
-              "generation_batch_size", "steps_per_generation")
-
-
 def fit_generation_batch(given: dict, defaults: dict, num_processes: int = 1) -> tuple[dict, str | None]:
-    """(settings to default, a line saying so) that make TRL's generation batch hold whole groups of
-    `num_generations` completions; a UsageError naming the flags when the user's own settings cannot.
+    """`ppm_trl.configs.fit_generation_batch` — the configs' own rule for whole groups in TRL's generation batch —
+    with the fix spelled as flags and a settings conflict as a UsageError. `train` applies it before the parse for
+    every method (TRL's GRPOConfig has no such rule) and prints the line it returns."""
+    from .configs import fit_generation_batch as fit
 
-    TRL's generation batch is per_device_train_batch_size × processes × steps_per_generation (default: the
-    gradient accumulation steps) or `generation_batch_size`, and must be a multiple of num_generations: PPM's 16
-    against TRL's batch of 8 fails. When the user set none of gradient_accumulation_steps, generation_batch_size
-    and steps_per_generation, gradient_accumulation_steps is derived: each optimizer step trains on whole groups,
-    on-policy, with the per-device (memory) batch unchanged. `given` holds the user's values (None: not given).
-    """
-    def value(key):
-        return int(given[key]) if given.get(key) is not None else defaults.get(key)
-
-    generations, per_device = value("num_generations"), value("per_device_train_batch_size")
-    if not generations or generations < 1 or not per_device or per_device < 1:
-        return {}, None  # the configs' own checks name these
-    global_batch = per_device * num_processes
-    processes = f"{num_processes} process{'es' * (num_processes != 1)}"
-    if given.get("generation_batch_size") is not None:
-        batch, how, flag = value("generation_batch_size"), "generation_batch_size", "generation_batch_size"
-    elif given.get("steps_per_generation") is not None:
-        steps = value("steps_per_generation")
-        batch, flag = global_batch * steps, "steps_per_generation"
-        how = f"per_device_train_batch_size={per_device} × {processes} × steps_per_generation={steps}"
-    else:
-        steps = value("gradient_accumulation_steps") or 1
-        batch, flag = global_batch * steps, "gradient_accumulation_steps"
-        how = f"per_device_train_batch_size={per_device} × {processes} × gradient_accumulation_steps={steps}"
-    if batch % generations == 0:
-        return {}, None
-    fitting_steps = generations // math.gcd(global_batch, generations)
-    if all(given.get(k) is None for k in ("gradient_accumulation_steps", "generation_batch_size",
-                                          "steps_per_generation")):
-        total = global_batch * fitting_steps
-        return {"gradient_accumulation_steps": fitting_steps}, (
-            f"num_generations={generations} completions per prompt do not fit a batch of per_device_train_batch_size="
-            f"{per_device} × {processes}, so gradient_accumulation_steps={fitting_steps}: each optimizer step trains "
-            f"on {total} completions ({total // generations} prompt(s) × {generations}); set "
-            "gradient_accumulation_steps, per_device_train_batch_size or num_generations to choose otherwise")
-    fix = (f"--generation_batch_size {global_batch * fitting_steps}" if flag == "generation_batch_size"
-           else f"--{flag} {fitting_steps}")
-    raise UsageError(f"the generation batch ({how} = {batch}) must be a multiple of num_generations={generations}, "
-                     f"so that each prompt's {generations} completions are scored together; set {fix}, or "
-                     f"--per_device_train_batch_size {generations}, or a --num_generations that divides {batch}")
+    try:
+        return fit(given, defaults, num_processes, flags=True)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def parse_train_args(argv: list[str]):
@@ -285,6 +251,8 @@ def parse_train_args(argv: list[str]):
         raise UsageError(f"num_generations must be >= 1 (samples per prompt; GRPO needs >= 2), got {generations}")
     use_cpu = str(_flag_value(argv, "--use_cpu", config.get("use_cpu", False))).lower() in ("true", "1", "yes")
     parser.set_defaults(bf16=auto_bf16() and not use_cpu)  # the YAML and flags override it
+    from .configs import BATCH_KEYS
+
     given = {key: _user_setting(argv, config, key) for key in BATCH_KEYS}
     if all(v is None or str(v).isdigit() for v in given.values()):  # else the parser names the bad value
         defaults = {f.name: f.default for f in dataclasses.fields(config_class) if f.name in BATCH_KEYS}
@@ -570,7 +538,7 @@ def build_trainer(script_args, training_args, model_args):
                 setattr(training_args, key, value)
         extra["environment_factory"] = MULTITURN_ENVIRONMENTS[script_args.env_name]
     trainer_class = get_method(script_args.method).trainer_class()
-    return trainer_class(
+    trainer = trainer_class(
         model=model,
         reward_funcs=build_reward_funcs(script_args, training_args),
         args=training_args,
@@ -579,6 +547,13 @@ def build_trainer(script_args, training_args, model_args):
         callbacks=[log_last_step_callback()],
         **extra,
     )
+    from .trainers.base import MethodTrainer, RunReport
+
+    trainer.remove_callback(RunReport)  # `report_done` says the same under the command's name, with the eval to run
+    if isinstance(trainer, MethodTrainer):  # what its model card records (an env describes itself)
+        trainer.model_card_dataset = script_args.dataset_name
+        trainer.model_card_license = script_args.license
+    return trainer
 
 
 def run_training(script_args, training_args, model_args):
@@ -596,28 +571,6 @@ def run_training(script_args, training_args, model_args):
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.env_name)
     return trainer, result
-
-
-def training_summary(trainer, result, method: str) -> dict:
-    """What `ppm-trl train` and the example scripts print when done: steps, loss, the absolute output dir, per-step
-    wall time (TRL's `step_time`), the mean of the method's metrics, peak GPU memory (and ARG's guidance totals)."""
-    import torch
-
-    history = trainer.state.log_history
-    summary = {"method": method, "steps": result.global_step, "train_loss": result.training_loss,
-               "output_dir": os.path.abspath(trainer.args.output_dir),
-               "metrics_mean": method_metrics_mean(history),
-               "train_runtime_s": result.metrics.get("train_runtime"),
-               "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry]}
-    selector = getattr(trainer, "prefix_selector", None)
-    if selector is not None:
-        summary["guidance_totals"] = {
-            name: sum(entry.get(f"arg/{name}", 0.0) for entry in history)
-            for name in ("all_failure_groups", "groups_with_accepted", "fallback_groups", "inserted_rows")}
-        summary["selector_probs"] = dict(zip(map(str, selector.levels), selector.probs().tolist()))
-    if torch.cuda.is_available():
-        summary["peak_torch_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
-    return summary
 
 
 def run_example(method: str, argv: list[str] | None = None) -> dict:
@@ -661,7 +614,7 @@ def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
               file=sys.stderr)
     problem = nothing_learned(trainer.state.log_history, trainer.args)
     if problem:
-        print(f"{prefix}: warning: nothing was learned: {problem}", file=sys.stderr)
+        print(f"{prefix}: warning: nothing was learned: {in_flag_spelling(problem)}", file=sys.stderr)
     print(f"{prefix}: evaluate with: {eval_command(summary['output_dir'], script_args)}", file=sys.stderr, flush=True)
 
 
@@ -676,34 +629,6 @@ def eval_command(output_dir: str, script_args) -> str:
             f" --{flag} {shlex.quote(value)}" for flag, value in (("problem_column", script_args.problem_column),
                                                                   ("answer_column", script_args.answer_column)) if value)
     return f"ppm-trl eval --model {shlex.quote(output_dir)} {data} --num_samples 8 --k 1 8"
-
-
-def nothing_learned(history: list[dict], args) -> str | None:
-    """Why no gradient reached the model, from the logged metrics; None when it learned (or nothing was logged).
-
-    Every logged grad norm 0, or every completion filtered out of the loss: truncated completions masked
-    (`mask_truncated_completions`), or every group of PPM with zero advantage (`filter_zero_advantage_groups`).
-    """
-    def values(key):
-        return [entry[key] for entry in history if isinstance(entry.get(key), (int, float))]
-
-    reasons = []
-    clipped = values("completions/clipped_ratio")
-    if clipped and min(clipped) >= 1.0 and getattr(args, "mask_truncated_completions", False):
-        reasons.append(f"every completion reached max_completion_length={args.max_completion_length} and was masked "
-                       "out of the loss (mask_truncated_completions); raise max_completion_length, or set "
-                       "mask_truncated_completions false")
-    filtered = values("ppm/frac_rows_filtered")
-    if filtered and min(filtered) >= 1.0:
-        reasons.append("every group had zero advantage (all its completions earned the same rewards) and was "
-                       "dropped (filter_zero_advantage_groups); check the reward and judge metrics")
-    norms = values("grad_norm")
-    if norms and max(norms) == 0.0 and not reasons:
-        same = values("frac_reward_zero_std")
-        reasons.append("every logged grad_norm is 0" + (
-            "; every prompt's completions earned the same reward (frac_reward_zero_std = 1)"
-            if same and min(same) >= 1.0 else ""))
-    return "; ".join(reasons) or None
 
 
 def log_last_step_callback():
@@ -721,14 +646,7 @@ def log_last_step_callback():
     return LogLastStep()
 
 
-def method_metrics_mean(history: list[dict]) -> dict[str, float]:
-    """Mean over the logged steps of every ppm/, papo/, arg/, judge/ and reward metric (what a user checks first)."""
-    values: dict[str, list[float]] = {}
-    for entry in history:
-        for key, value in entry.items():
-            if key.startswith(("ppm/", "papo/", "arg/", "judge/", "reward")) and isinstance(value, (int, float)):
-                values.setdefault(key, []).append(float(value))
-    return {key: sum(v) / len(v) for key, v in sorted(values.items())}
+DEFAULT_EVAL_MAX_NEW_TOKENS = 512  # `eval`'s generation budget when neither the flag nor the model card says
 
 
 @dataclass
@@ -750,7 +668,12 @@ class EvalArguments:
     answer_column: str | None = field(default=None, metadata={"help": "As in `train`: the gold answer column."})
     num_samples: int = field(default=8, metadata={"help": "n, samples per problem."})
     k: list[int] = field(default_factory=lambda: [1, 8], metadata={"help": "The k of pass@k (each <= num_samples)."})
-    max_new_tokens: int = field(default=512, metadata={"help": "Generation budget per sample."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Generation budget per sample. Default: the max_completion_length the model "
+                                "was trained with, as its model card records it (ppm-trl's cards), else 512."})
+    max_problems: int | None = field(
+        default=None, metadata={"help": "Evaluate only the first N problems (of the dataset, or of the env's "
+                                "env_size); a quick check before a full evaluation."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (0 = greedy)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling."})
     batch_size: int = field(default=64, metadata={"help": "HF generation batch (sequences)."})
@@ -766,6 +689,9 @@ class EvalArguments:
             raise UsageError("give --env NAME (synthetic) or --dataset_name ID_OR_FILE")
         if self.num_samples < 1:
             raise UsageError(f"--num_samples must be >= 1, got {self.num_samples}")
+        for flag in ("max_problems", "max_new_tokens"):
+            if getattr(self, flag) is not None and getattr(self, flag) < 1:
+                raise UsageError(f"--{flag} must be >= 1, got {getattr(self, flag)}")
         bad = [k for k in self.k if not 1 <= k <= self.num_samples]
         if bad:
             raise UsageError(f"--k {' '.join(map(str, bad))}: pass@k needs 1 <= k <= num_samples "
@@ -808,6 +734,13 @@ def evaluate(argv: list[str]) -> dict:
     reward = "env_outcome" if args.env_name else "accuracy"
     check_model_source(args.model, "--model")
     dataset = prepare_dataset(script, None, load_train_dataset(script), [reward], source)
+    if args.max_problems is not None and args.max_problems < len(dataset):
+        dataset = dataset.select(range(args.max_problems))
+    max_new_tokens, budget_from = args.max_new_tokens, "--max_new_tokens"
+    if max_new_tokens is None:
+        trained = evaluation.trained_completion_length(args.model)
+        max_new_tokens, budget_from = ((trained, "the max_completion_length its model card records") if trained
+                                       else (DEFAULT_EVAL_MAX_NEW_TOKENS, "the default; set --max_new_tokens"))
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     backend = args.backend
     if backend == "auto":
@@ -816,15 +749,15 @@ def evaluate(argv: list[str]) -> dict:
         import torch
 
         backend = "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
-    print(f"ppm-trl eval: {len(dataset)} problems from {source}, {args.num_samples} samples each ({backend})",
-          file=sys.stderr)
+    print(f"ppm-trl eval: {len(dataset)} problems from {source}, {args.num_samples} samples each of at most "
+          f"{max_new_tokens} new tokens ({budget_from}) ({backend})", file=sys.stderr)
     if backend == "vllm":
         samples = evaluation.sample_completions_vllm(args.model, tokenizer, dataset["prompt"], args.num_samples,
-                                                     args.max_new_tokens, args.temperature, args.top_p, args.seed)
+                                                     max_new_tokens, args.temperature, args.top_p, args.seed)
     else:
         model = AutoModelForCausalLM.from_pretrained(args.model)
         samples = evaluation.sample_completions(model, tokenizer, dataset["prompt"], args.num_samples,
-                                                args.max_new_tokens, args.temperature, args.top_p, args.batch_size,
+                                                max_new_tokens, args.temperature, args.top_p, args.batch_size,
                                                 args.seed, progress=True)
     verifier = rewards.env_outcome_reward if args.env_name else rewards.accuracy_reward
     columns = [c for c in dataset.column_names if c != "prompt"]
@@ -835,7 +768,7 @@ def evaluate(argv: list[str]) -> dict:
         correct.append([bool(r) for r in verifier(completions, **kwargs)])
     metrics = evaluation.summarize(correct, args.k)
     report = {"model": args.model, "dataset": source, "problems": len(dataset), "samples_per_problem": args.num_samples,
-              **metrics}
+              "max_new_tokens": max_new_tokens, **metrics}
     print("ppm-trl eval: " + json.dumps(report))
     if args.output:
         problems = [{"index": i, "prompt": dataset[i]["prompt"], "answer": dataset[i].get("answer"),

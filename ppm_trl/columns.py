@@ -1,6 +1,7 @@
 """Your dataset's columns → the columns the trainers read, and every column requirement checked up front.
 
-`map_columns` is the one train/eval-time mapping mechanism: `problem_column` becomes a conversational `prompt`,
+`map_columns` is the one train/eval-time mapping mechanism — it returns `(dataset, report)`, the mapped dataset and a
+list of lines saying what it left out or cut: `problem_column` becomes a conversational `prompt`,
 `answer_column` the gold final answer (`answer`), `reference_column` the worked solution (`reference`). A GSM8K
 worked solution (`... #### 72`) gives the gold answer after `####`, a MATH one its last `\\boxed{}`.
 
@@ -35,13 +36,14 @@ FIXES = {
 }
 # The same fixes for a trainer built in Python (`ppm-trl prepare` has no Python API: it is named as the command).
 PYTHON_FIXES = {
-    "prompt": "name the problem column with `ppm_trl.columns.map_columns(dataset, problem_column=COLUMN)` (it "
-              "becomes a chat prompt)",
-    "answer": "name the gold-answer column with `ppm_trl.columns.map_columns(dataset, answer_column=COLUMN)` (a bare "
-              "answer, a GSM8K solution ending in `#### 72` or a solution with a final `\\boxed{}`), or train on the "
-              "output of the `ppm-trl prepare` command, which writes `answer`",
-    "reference": "name the worked-solution column with `ppm_trl.columns.map_columns(dataset, reference_column=COLUMN)`, "
-                 "or train on the output of the `ppm-trl prepare` command, which writes `reference`",
+    "prompt": "name the problem column with `dataset, report = ppm_trl.columns.map_columns(dataset, "
+              "problem_column=COLUMN)` (it becomes a chat prompt)",
+    "answer": "name the gold-answer column with `dataset, report = ppm_trl.columns.map_columns(dataset, "
+              "answer_column=COLUMN)` (a bare answer, a GSM8K solution ending in `#### 72` or a solution with a final "
+              "`\\boxed{}`), or train on the output of the `ppm-trl prepare` command, which writes `answer`",
+    "reference": "name the worked-solution column with `dataset, report = ppm_trl.columns.map_columns(dataset, "
+                 "reference_column=COLUMN)`, or train on the output of the `ppm-trl prepare` command, which writes "
+                 "`reference`",
     "reasoning_points": "run the `ppm-trl prepare` command on the dataset (a command, not a Python function): it writes "
                         "`reasoning_points` and `reasoning_graph` from the reference solutions; load its --out "
                         "directory with `datasets.load_from_disk`",

@@ -98,3 +98,30 @@ def sample_completions_vllm(model_path: str, tokenizer, prompts, num_samples: in
     llm = LLM(model=model_path, seed=seed, enforce_eager=not torch.cuda.is_available())
     params = SamplingParams(n=num_samples, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p)
     return [[o.text for o in request.outputs] for request in llm.generate(requests, params, use_tqdm=False)]
+
+
+def trained_completion_length(model: str) -> int | None:
+    """The `max_completion_length` a model was trained with, as its ppm-trl model card records it (metadata
+    `ppm_trl.settings`, written by the trainers' `save_model`): a local directory's README.md, or a Hub model's card
+    in the local Hub cache (nothing is downloaded). None when no card says."""
+    import os
+
+    path = os.path.join(os.path.expanduser(model), "README.md")
+    if not os.path.isdir(os.path.expanduser(model)):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(model, "README.md")
+        except Exception:  # not a Hub id
+            return None
+        path = cached if isinstance(cached, str) else ""
+    if not os.path.isfile(path):
+        return None
+    try:
+        from huggingface_hub import ModelCard
+
+        record = ModelCard.load(path).data.get("ppm_trl") or {}
+        length = (record.get("settings") or {}).get("max_completion_length")
+    except Exception:  # an unreadable or foreign card says nothing
+        return None
+    return length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None

@@ -381,7 +381,9 @@ def test_a_batch_the_user_set_that_cannot_fit_names_the_flags(tmp_path, capsys, 
 
 def test_fit_generation_batch_counts_the_processes():
     defaults = {"num_generations": 16, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
-    unset = dict.fromkeys(cli.BATCH_KEYS)
+    from ppm_trl.configs import BATCH_KEYS
+
+    unset = dict.fromkeys(BATCH_KEYS)
     assert cli.fit_generation_batch(unset, defaults, num_processes=2) == ({}, None)  # 8 × 2 = 16
     assert cli.fit_generation_batch({**unset, "num_generations": "12"}, defaults, num_processes=3) == ({}, None)
     derived, note = cli.fit_generation_batch({**unset, "num_generations": "12"}, defaults, num_processes=1)

@@ -192,6 +192,7 @@ def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str
     from transformers import PrinterCallback
 
     from ..envs import make_dataset
+    from ..trainers.base import RunReport
 
     torch.manual_seed(spec.seed)
     env = eval_dataset[0]["env"]
@@ -205,6 +206,7 @@ def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str
     record(model, 0)
     trainer = build_trainer(spec, model, tokenizer, train_dataset, output_dir, budget)
     trainer.remove_callback(PrinterCallback)  # the logs go into the result (train_logs), not onto the terminal
+    trainer.remove_callback(RunReport)  # and the run's summary too (GRPOTrainer, "sparse", has none)
     trainer.add_callback(callback)
     start = time.time()
     trainer.train()

@@ -33,8 +33,8 @@ class ARGTrainer(MethodTrainer):
     """GRPO with Adaptive Reference Guidance for all-failure groups (ARG paper §4, Alg. 1, App. E).
 
     Args:
-        Everything is `GRPOTrainer`'s; `args` must be an `ARGConfig`. The train dataset needs a `reference` column
-        (a solution ending in the boxed final answer). The FIRST reward function is the verifier: a row is correct
+        Everything is `GRPOTrainer`'s; `args` must be an `ARGConfig` (without it, `ARGConfig("<model name>-ARG")`).
+        The train dataset needs a `reference` column (a solution ending in the boxed final answer). The FIRST reward function is the verifier: a row is correct
         when its reward is > 0 (NaN = unscorable); e.g. `reward_funcs=[accuracy_reward, format_reward]` with
         `reward_weights=[1, 0.2]` gives the paper's reward (App. E.3). Text-only, single-turn generation (no tools,
         environments, `rollout_func` or vision inputs).
@@ -45,9 +45,9 @@ class ARGTrainer(MethodTrainer):
     stabiliser is 1e-4 where the paper uses 1e-6 (eq. 28).
     """
 
-    def __init__(self, model, reward_funcs, args: ARGConfig | None = None, train_dataset=None, **kwargs):
-        if args is None:
-            raise ValueError("ARGTrainer needs an ARGConfig (`args=ARGConfig(...)`)")
+    def __init__(self, model, reward_funcs=None, args: ARGConfig | None = None, train_dataset=None, **kwargs):
+        if args is None:  # ARGConfig's defaults, as GRPOTrainer builds its own
+            args = self.default_config(model)
         if not isinstance(args, ARGConfig):
             raise TypeError(f"ARGTrainer needs an ARGConfig, got {type(args).__name__}")
         local_rows = args.per_device_train_batch_size * args.steps_per_generation

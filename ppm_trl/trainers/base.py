@@ -399,6 +399,30 @@ class _StopOnSigterm(TrainerCallback):
             control.should_training_stop = True
 
 
+class RunReport(TrainerCallback):
+    """When `train` ends (not stopped by a signal), on the main process: `ppm_trl: done {summary}` on stdout — steps,
+    loss, output dir, step times, the mean of the method's metrics (`ppm_trl.report.training_summary`) — and, when
+    no gradient reached the model, `ppm_trl: warning: nothing was learned: <why>` on stderr (the rule `ppm-trl train`
+    uses, `ppm_trl.report.nothing_learned`). `trainer.remove_callback(RunReport)` silences both."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_end(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        if trainer._sigterm_received or not state.is_world_process_zero:  # a stop says so itself
+            return
+        from ..methods import method_of_trainer
+        from ..report import nothing_learned, training_summary
+
+        method = method_of_trainer(type(trainer))
+        summary = training_summary(trainer, None, method.name if method else type(trainer).__name__)
+        print("ppm_trl: done " + json.dumps(summary), flush=True)
+        problem = nothing_learned(state.log_history, args)
+        if problem:
+            print(f"ppm_trl: warning: nothing was learned: {problem}", file=sys.stderr, flush=True)
+
+
 @dataclass
 class Rollout:
     """One generation batch of this process, by name (TRL's `_generate` returns these as an 8-tuple)."""
@@ -471,10 +495,105 @@ def plan_generation_calls(budgets: list[int], rooms: list[int | None]) -> list[t
     return calls
 
 
+# TRL's fields a card records besides the method's own (`card_training_record`).
+CARD_TRL_SETTINGS = ("learning_rate", "lr_scheduler_type", "warmup_steps", "num_generations",
+                     "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length",
+                     "max_steps", "num_train_epochs", "temperature", "beta", "loss_type", "epsilon", "epsilon_high",
+                     "scale_rewards", "num_iterations", "seed")
+# The judge's settings a card records when a judge scored the run (never `judge_api_base`: it may hold credentials).
+CARD_JUDGE_SETTINGS = ("judge_model", "judge_transport", "judge_temperature")
+
+
+def card_training_record(trainer, dataset_name: str | None = None) -> dict:
+    """What the run was, for its model card: method, dataset, reward functions (with weights), the judge model
+    (None when no judge scored), and the settings — every field of the method's config that TRL's GRPOConfig does
+    not have (judge fields only with a judge) and TRL's main ones (`CARD_TRL_SETTINGS`). Plain JSON values."""
+    from trl import GRPOConfig
+
+    from ..methods import method_of_trainer
+    from ..scorers import scorer_judge
+
+    method = method_of_trainer(type(trainer))
+    args = trainer.args
+    values = json.loads(json.dumps(args.to_dict(), default=str))
+    judge = next((j for j in (scorer_judge(getattr(trainer, name, None)) for name in ("progress_scorer",
+                                                                                       "process_scorer")) if j), None)
+    trl_fields = {f.name for f in fields(GRPOConfig)}
+    own = [f.name for f in fields(type(args)) if f.name not in trl_fields
+           and (judge is not None or not f.name.startswith("judge_"))]
+    if judge is not None:
+        own = [name for name in own if not name.startswith("judge_") or name in CARD_JUDGE_SETTINGS]
+    settings = {name: values[name] for name in (*CARD_TRL_SETTINGS, *own) if name in values}
+    weights = trainer.outcome_reward_weights.tolist()
+    return {
+        "method": method.name if method else type(trainer).__name__,
+        "dataset": dataset_name or trainer.model_card_dataset or describe_dataset(trainer.train_dataset),
+        "reward_funcs": [{"name": name, "weight": weight} for name, weight in zip(trainer.reward_func_names, weights)],
+        "judge_model": getattr(judge, "model", None) if judge is not None else None,
+        "settings": settings,
+    }
+
+
+def describe_dataset(dataset) -> str | None:
+    """A synthetic env's name and horizon (its `env` and `n` columns), a Hub dataset's name, else None."""
+    if dataset is None or not hasattr(dataset, "column_names"):
+        return None
+    columns = dataset.column_names or []
+    if "env" in columns and hasattr(dataset, "__len__") and len(dataset):
+        row = dataset[0]
+        return f"ppm_trl synthetic env `{row['env']}`" + (f", n = {row['n']}" if "n" in columns else "") + \
+            f" ({len(dataset)} problems)"
+    name = getattr(getattr(dataset, "info", None), "dataset_name", None)
+    return str(name) if name else None
+
+
+def base_model_license(base: str | None) -> dict | None:
+    """{"license", "license_name"?, "license_link"?} that the base model's own card declares — a local directory's
+    README.md, or a Hub model's from the local Hub cache (or the Hub, unless HF_HUB_OFFLINE) — or None."""
+    if not base:
+        return None
+    from huggingface_hub import ModelCard, constants, hf_hub_download, try_to_load_from_cache
+
+    path = os.path.join(base, "README.md") if os.path.isdir(base) else None
+    if path is None:
+        try:
+            cached = try_to_load_from_cache(base, "README.md")
+            path = cached if isinstance(cached, str) else (
+                None if constants.HF_HUB_OFFLINE else hf_hub_download(base, "README.md"))
+        except Exception:  # not a Hub id, no card, no network: no licence known
+            return None
+    if not path or not os.path.isfile(path):
+        return None
+    try:
+        data = ModelCard.load(path).data
+    except Exception:  # an unreadable card says nothing
+        return None
+    licence = data.get("license")
+    if not isinstance(licence, str) or not licence.strip() or licence in ("license", "unknown"):
+        return None
+    return {"license": licence, **{key: data.get(key) for key in ("license_name", "license_link") if data.get(key)}}
+
+
+def render_training_record(record: dict, licence: str, source: str | None) -> str:
+    """The card section for `card_training_record`'s record."""
+    rewards = ", ".join(f"`{r['name']}` (weight {r['weight']:g})" for r in record["reward_funcs"]) or "none"
+    settings = ", ".join(f"`{name}`: {json.dumps(value)}" for name, value in record["settings"].items())
+    unknown = " (no licence known: set one with `--license` or `create_model_card(license=...)`)"
+    licence_line = f"`{licence}`" + (f" ({source})" if source else unknown)
+    return ("### Training data, rewards and settings\n\n"
+            f"- Method: `{record['method']}`\n"
+            f"- Dataset: {record['dataset'] or 'not recorded'}\n"
+            f"- Reward functions: {rewards}\n"
+            f"- Judge model: {'`' + record['judge_model'] + '`' if record['judge_model'] else 'none (no LLM judge)'}\n"
+            f"- Licence: {licence_line}\n"
+            f"- Settings: {settings}\n\n")
+
+
+
 class MethodTrainer(GRPOTrainer):
     """GRPOTrainer with public hooks for a method's rollouts, scores, advantages and checkpoint state."""
 
-    def __init__(self, model, reward_funcs, args=None, train_dataset=None, **kwargs):
+    def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, **kwargs):
         # TRL reads `_name`, `_paper` and `_tag_names` for the model card (and the tags in __init__): the method's
         # registry record says them (`ppm_trl.methods.Method.model_card`), unless a subclass of the registered
         # trainer sets its own.
@@ -496,9 +615,27 @@ class MethodTrainer(GRPOTrainer):
         # Once per trainer, however many method classes its MRO composes.
         method = method_of_trainer(type(self))
         check_reward_columns(train_dataset, reward_funcs, method.name.upper() if method else type(self).__name__)
-        if args is not None:
-            model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
+        if args is None:
+            args = self.default_config(model)
+        model = resolve_model_path(model, args)  # "tiny", or a local directory made absolute
         super().__init__(model, reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        self.add_callback(RunReport(self))
+
+    @classmethod
+    def default_config(cls, model):
+        """The method's config with its defaults, for a trainer built without `args` — as GRPOTrainer builds
+        `GRPOConfig("<model name>-GRPO")`: output_dir `<model name>-<METHOD>` (`Qwen3-1.7B-PPM`, `tiny-PPM-ARG`).
+        One departure, as `ppm-trl train` makes it: bf16 only where a GPU supports it (TRL's default, bf16 on,
+        refuses to build on a CPU)."""
+        from ..methods import method_of_trainer
+
+        method = method_of_trainer(cls)
+        if method is None:
+            raise ValueError(f"{cls.__name__} is no registered method's trainer: pass its config as `args`")
+        name = model if isinstance(model, str) else get_config_model_id(model.config)
+        name = str(name).rstrip("/").split("/")[-1]
+        bf16 = bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        return method.config_class()(output_dir=f"{name}-{method.name.upper().replace('+', '-')}", bf16=bf16)
 
     # ------------------------------------------------------------------------------------------ public hooks
     def on_rollout(self, rollout: Rollout) -> Rollout:
@@ -897,8 +1034,16 @@ class MethodTrainer(GRPOTrainer):
             if os.path.abspath(output_dir) != os.path.abspath(self.args.output_dir):
                 shutil.copyfile(card, os.path.join(output_dir, "README.md"))
 
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
-        """TRL's card, naming a local base model (`push_to_hub` goes through here too)."""
+    # What the card records beyond TRL's (`card_training_record`); `ppm-trl train` sets the first two from its flags.
+    model_card_dataset: str | None = None  # None: described from the train dataset (a synthetic env names itself)
+    model_card_license: str | None = None  # None: the base model's licence (its own card), else "unknown"
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, license=None):
+        """TRL's card, naming a local base model, with a real `license` and what the run was: dataset, reward
+        functions, the method's settings and judge model (`card_training_record`; metadata key `ppm_trl`, and a
+        section above TRL's framework versions). `push_to_hub` goes through here too. `license`: an SPDX id or Hub
+        licence name; default `model_card_license`, else the licence the base model's own card declares
+        (`base_model_license`), else `unknown` (TRL writes a placeholder, `licence: license`)."""
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
             return
@@ -914,9 +1059,23 @@ class MethodTrainer(GRPOTrainer):
             text = text.replace("[None](https://huggingface.co/None)", f"the local model `{base}`")
         if self.hub_model_id is None:  # a local save: the card's usage snippet loads the local directory
             text = text.replace('model="None"', f'model="{os.path.abspath(self.args.output_dir)}"')
-        if text != card.text:
-            card.text = text
-            card.save(path)
+        record = card_training_record(self, dataset_name)
+        licence = license or self.model_card_license
+        source = "set for this run" if licence else None
+        inherited = None if licence else base_model_license(base)
+        if inherited:
+            licence, source = inherited["license"], f"the base model's card (`{base}`)"
+            for key in ("license_name", "license_link"):
+                if inherited.get(key):
+                    card.data[key] = inherited[key]
+        card.data.pop("licence", None)  # TRL's placeholder
+        card.data.license = licence or "unknown"
+        card.data["ppm_trl"] = record
+        section = render_training_record(record, card.data.license, source)
+        marker = "### Framework versions"
+        text = text.replace(marker, section + marker, 1) if marker in text else text + "\n" + section
+        card.text = text
+        card.save(path)
 
     # ---------------------------------------------------------------------------------------------- the work
     def _scored_batch(self, output: dict) -> ScoredBatch:

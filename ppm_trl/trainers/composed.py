@@ -26,7 +26,9 @@ class PPMARGTrainer(ARGTrainer, PPMGRPOTrainer):
     """ARG's guidance for all-failure groups (ARG §4, Alg. 1), then PPM's segment progress and per-token advantages
     over all rows of the final groups (PPM §4–5). Takes a [`PPMARGConfig`] and PPM's `progress_scorer` argument."""
 
-    def __init__(self, model, reward_funcs, args: PPMARGConfig | None = None, train_dataset=None, **kwargs):
+    def __init__(self, model, reward_funcs=None, args: PPMARGConfig | None = None, train_dataset=None, **kwargs):
+        if args is None:
+            args = self.default_config(model)
         if not isinstance(args, PPMARGConfig):
             raise TypeError(f"PPMARGTrainer needs a PPMARGConfig, got {type(args).__name__}")
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
@@ -36,7 +38,9 @@ class PAPOARGTrainer(ARGTrainer, PAPOTrainer):
     """ARG's guidance for all-failure groups (ARG §4, Alg. 1), then PAPO's A_out + λ·A_proc over the final groups
     (PAPO §4.1): inserted correct rows are rubric-scored like any correct response. Takes a [`PAPOARGConfig`]."""
 
-    def __init__(self, model, reward_funcs, args: PAPOARGConfig | None = None, train_dataset=None, **kwargs):
+    def __init__(self, model, reward_funcs=None, args: PAPOARGConfig | None = None, train_dataset=None, **kwargs):
+        if args is None:
+            args = self.default_config(model)
         if not isinstance(args, PAPOARGConfig):
             raise TypeError(f"PAPOARGTrainer needs a PAPOARGConfig, got {type(args).__name__}")
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)

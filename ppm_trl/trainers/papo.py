@@ -41,11 +41,14 @@ class PAPOTrainer(MethodTrainer):
             default: built from `args.process_scorer` (`programmatic` point fraction, or the LiteLLM rubric `judge`).
             With `args.overlap_scoring` (default) it is called on the base's worker thread, while TRL computes
             log-probs; a scorer that must run on the training thread (e.g. one that uses the policy's GPU) needs it off.
-        Everything else is `GRPOTrainer`'s. With the judge scorer the dataset needs a `reference` column.
+        Everything else is `GRPOTrainer`'s; without `args`, `PAPOConfig("<model name>-PAPO")`. With the judge
+        scorer the dataset needs a `reference` column.
     """
 
-    def __init__(self, model, reward_funcs, args: PAPOConfig | None = None, train_dataset=None,
+    def __init__(self, model, reward_funcs=None, args: PAPOConfig | None = None, train_dataset=None,
                  process_scorer=None, **kwargs):
+        if args is None:  # PAPOConfig's defaults, as GRPOTrainer builds its own
+            args = self.default_config(model)
         if not isinstance(args, PAPOConfig):
             raise TypeError(f"PAPOTrainer needs a PAPOConfig, got {type(args).__name__}")
         check_method_columns(train_dataset, "papo", args, custom_scorer=process_scorer is not None)

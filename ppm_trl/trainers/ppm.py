@@ -41,13 +41,14 @@ class PPMGRPOTrainer(MethodTrainer):
             default: built from `args.progress_scorer` (`programmatic` env matchers or the LiteLLM `judge`). With
             `args.overlap_scoring` (default) it is called on the base's worker thread, while TRL computes log-probs;
             a scorer that must run on the training thread (e.g. one that uses the policy's GPU) needs it off.
-        Everything else is `GRPOTrainer`'s. The train dataset needs `reasoning_points` (and `reasoning_graph`).
+        Everything else is `GRPOTrainer`'s; without `args`, `PPMConfig("<model name>-PPM")`. The train dataset
+        needs `reasoning_points` (and `reasoning_graph`).
     """
 
-    def __init__(self, model, reward_funcs, args: PPMConfig | None = None, train_dataset=None,
+    def __init__(self, model, reward_funcs=None, args: PPMConfig | None = None, train_dataset=None,
                  progress_scorer: ProgressScorer | None = None, **kwargs):
-        if args is None:
-            raise ValueError("PPMGRPOTrainer needs a PPMConfig (`args=PPMConfig(...)`)")
+        if args is None:  # PPMConfig's defaults, as GRPOTrainer builds its own
+            args = self.default_config(model)
         if not isinstance(args, PPMConfig):
             raise TypeError(f"PPMGRPOTrainer needs a PPMConfig, got {type(args).__name__}")
         check_method_columns(train_dataset, "ppm", args, custom_scorer=progress_scorer is not None)

@@ -1,0 +1,77 @@
+"""What a finished run says about itself, the same from Python and from `ppm-trl train`: the summary (steps, loss,
+output dir, step times, the mean of the method's metrics) and whether anything was learned.
+
+`MethodTrainer` prints both when `train` ends (`RunReport`, `ppm_trl/trainers/base.py`); `ppm-trl train` and the
+example scripts print them under their own prefix, with the `ppm-trl eval` command to run next. Nothing here imports
+TRL (the CLI imports this module for `--help`).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def method_metrics_mean(history: list[dict]) -> dict[str, float]:
+    """Mean over the logged steps of every ppm/, papo/, arg/, judge/ and reward metric (what a user checks first)."""
+    values: dict[str, list[float]] = {}
+    for entry in history:
+        for key, value in entry.items():
+            if key.startswith(("ppm/", "papo/", "arg/", "judge/", "reward")) and isinstance(value, (int, float)):
+                values.setdefault(key, []).append(float(value))
+    return {key: sum(v) / len(v) for key, v in sorted(values.items())}
+
+
+def nothing_learned(history: list[dict], args) -> str | None:
+    """Why no gradient reached the model, from the logged metrics; None when it learned (or nothing was logged).
+
+    Every logged grad norm 0, or every completion filtered out of the loss: truncated completions masked
+    (`mask_truncated_completions`), or every group of PPM with zero advantage (`filter_zero_advantage_groups`).
+    Fixes are spelled as Python settings; `ppm-trl train` prints them as flags (`cli.in_flag_spelling`).
+    """
+    def values(key):
+        return [entry[key] for entry in history if isinstance(entry.get(key), (int, float))]
+
+    reasons = []
+    clipped = values("completions/clipped_ratio")
+    if clipped and min(clipped) >= 1.0 and getattr(args, "mask_truncated_completions", False):
+        reasons.append(f"every completion reached max_completion_length={args.max_completion_length} and was masked "
+                       "out of the loss (mask_truncated_completions); raise max_completion_length, or set "
+                       "mask_truncated_completions=False")
+    filtered = values("ppm/frac_rows_filtered")
+    if filtered and min(filtered) >= 1.0:
+        reasons.append("every group had zero advantage (all its completions earned the same rewards) and was "
+                       "dropped (filter_zero_advantage_groups); check the reward and judge metrics — a model that "
+                       "never earns any reward (an untrained one) gives no learning signal")
+    norms = values("grad_norm")
+    if norms and max(norms) == 0.0 and not reasons:
+        same = values("frac_reward_zero_std")
+        reasons.append("every logged grad_norm is 0" + (
+            "; every prompt's completions earned the same reward (frac_reward_zero_std = 1)"
+            if same and min(same) >= 1.0 else ""))
+    return "; ".join(reasons) or None
+
+
+def training_summary(trainer, result, method: str) -> dict:
+    """What a run prints when done: steps, loss, the absolute output dir, per-step wall time (TRL's `step_time`), the
+    mean of the method's metrics, peak GPU memory (and ARG's guidance totals). `result`: what `train` returned, or
+    None (from a callback at the end of training: the final log entry holds the same loss and runtime)."""
+    import torch
+
+    history = trainer.state.log_history
+    final = next((entry for entry in reversed(history) if "train_loss" in entry), {})
+    summary = {"method": method,
+               "steps": result.global_step if result is not None else trainer.state.global_step,
+               "train_loss": result.training_loss if result is not None else final.get("train_loss"),
+               "output_dir": os.path.abspath(trainer.args.output_dir),
+               "metrics_mean": method_metrics_mean(history),
+               "train_runtime_s": (result.metrics if result is not None else final).get("train_runtime"),
+               "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry]}
+    selector = getattr(trainer, "prefix_selector", None)
+    if selector is not None:
+        summary["guidance_totals"] = {
+            name: sum(entry.get(f"arg/{name}", 0.0) for entry in history)
+            for name in ("all_failure_groups", "groups_with_accepted", "fallback_groups", "inserted_rows")}
+        summary["selector_probs"] = dict(zip(map(str, selector.levels), selector.probs().tolist()))
+    if torch.cuda.is_available():
+        summary["peak_torch_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    return summary
