@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from .methods import METHODS, REWARDS, get_method, get_reward  # the registries (no TRL import)
 from .report import method_metrics_mean, nothing_learned, training_summary  # noqa: F401  (shared with the trainers)
+from .plots import save_training_curves
+from .quiet import quiet_third_party
 
 
 @dataclass
@@ -575,6 +577,7 @@ def run_training(script_args, training_args, model_args):
 
 def run_example(method: str, argv: list[str] | None = None) -> dict:
     """`examples/train_<method>.py`: parse YAML + flags for one method, train, save, print `train_<method>: done`."""
+    quiet_third_party()
     argv = list(sys.argv[1:] if argv is None else argv)
     path = _config_path(argv)
     for said in (read_yaml_config(path).get("method") if path else None, _flag_value(argv, "--method", None)):
@@ -592,6 +595,7 @@ def run_example(method: str, argv: list[str] | None = None) -> dict:
 
 
 def train(argv: list[str]) -> None:
+    quiet_third_party()
     script_args, training_args, model_args = parse_train_args(argv)
     trainer, result = run_training(script_args, training_args, model_args)
     if trainer.accelerator.is_main_process:
@@ -607,8 +611,15 @@ def stopped_early(trainer) -> list[str]:
 
 
 def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
-    """`<prefix>: done {json}` on stdout; on stderr a warning when nothing was learned, and the `eval` to run next."""
+    """`<prefix>: done {json}` on stdout (naming `training_curves.png` when drawn); on stderr a warning when nothing
+    was learned, and the `eval` to run next."""
+    curves, no_curves = save_training_curves(trainer.state.log_history, summary["output_dir"],
+                                             f"{summary['method']}: {os.path.basename(summary['output_dir'])}")
+    if curves:
+        summary["training_curves"] = curves
     print(f"{prefix}: done " + json.dumps(summary), flush=True)
+    if no_curves:
+        print(f"{prefix}: {no_curves}", file=sys.stderr)
     for reason in stopped_early(trainer):
         print(f"{prefix}: stopped early (exit status {JUDGE_BUDGET_EXIT_CODE}): {in_flag_spelling(reason)}",
               file=sys.stderr)

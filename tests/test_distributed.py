@@ -42,17 +42,25 @@ def _accelerate_launch() -> list[str]:
     return [str(script), "launch"] if script.exists() else [sys.executable, "-m", "accelerate.commands.launch"]
 
 
-def launch(config: str, jobs: list[str], out_dir: Path, num_processes: int | None = None,
-           expect_sharded: bool = False) -> dict:
+def accelerate_launch(config: str, script: list[str], num_processes: int | None = None,
+                      env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`accelerate launch --config_file configs/accelerate/<config> <script...>` from the repository root; the
+    processes import this checkout's ppm_trl (PYTHONPATH), not whichever one is installed."""
     command = _accelerate_launch()
     command += ["--config_file", str(CONFIGS / config), "--main_process_port", str(_free_port())]
     if num_processes is not None:
         command += ["--num_processes", str(num_processes)]
-    command += ["tests/dist_train_script.py", "--out", str(out_dir), "--jobs", ",".join(jobs)]
-    command += ["--expect_sharded"] if expect_sharded else []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1",
-           "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
-    completed = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+           "WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **(env or {})}
+    return subprocess.run([*command, *script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=LAUNCH_TIMEOUT_S)
+
+
+def launch(config: str, jobs: list[str], out_dir: Path, num_processes: int | None = None,
+           expect_sharded: bool = False) -> dict:
+    script = ["tests/dist_train_script.py", "--out", str(out_dir), "--jobs", ",".join(jobs)]
+    completed = accelerate_launch(config, script + (["--expect_sharded"] if expect_sharded else []), num_processes)
     return {"out": out_dir, "returncode": completed.returncode, "log": completed.stdout + completed.stderr}
 
 
@@ -216,6 +224,33 @@ def test_papo_straddling_group_matches_one_process(launch_name, ddp_run, zero3_r
     expected = [a_out + a_proc, -a_out, a_out - a_proc, -a_out]
     for position in range(4):
         assert two[str(position)]["advantages"] == [pytest.approx(expected[position], abs=1e-4)]
+
+
+# ------------------------------------------------------------------------- first start from empty directories
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["cpu_ddp.yaml", "cpu_zero3.yaml"])
+def test_tiny_model_example_starts_from_empty_directories(config, tmp_path):
+    """Both ranks resolve `--model_name_or_path tiny`; they used to race to build it, and a rank that found the
+    model written but not yet its tokenizer failed ("tokenizer.chat_template is not set"). From an empty output
+    directory and an empty HOME (no Hub, DeepSpeed or ppm_trl cache) the first launch trains."""
+    home, out = tmp_path / "home", tmp_path / "out"
+    home.mkdir()
+    # DDP on CPU needs `use_cpu`; DeepSpeed must not have it (configs/accelerate/cpu_zero3.yaml says why).
+    device = ["--use_cpu", "true"] if config == "cpu_ddp.yaml" else []
+    completed = accelerate_launch(config, [
+        "examples/train_ppm.py", "--model_name_or_path", "tiny", "--env_name", "multi_countdown", "--env_size", "8",
+        "--output_dir", str(out), "--ddp_backend", "gloo", "--bf16", "false", "--gradient_checkpointing", "false",
+        "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "32",
+        "--num_segments", "2", "--progress_scorer", "programmatic", "--max_steps", "1", "--logging_steps", "1",
+        "--save_strategy", "no", "--report_to", "none", *device],
+        env={"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "HF_HOME": str(home / ".cache" / "hf")})
+    log = completed.stdout + completed.stderr
+    assert completed.returncode == 0, log[-6000:]
+    done = [line for line in completed.stdout.splitlines() if line.startswith("train_ppm: done ")]
+    assert len(done) == 1 and json.loads(done[0].split(" done ", 1)[1])["steps"] == 1  # the main process reports
+    built = out / "initial_tiny_model"
+    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= set(os.listdir(built))
+    assert not [name for name in os.listdir(out) if name.startswith(".initial_tiny_model")]  # no staging left
 
 
 # ---------------------------------------------------------------------------------------------- examples/

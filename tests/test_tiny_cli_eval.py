@@ -95,6 +95,12 @@ def test_cli_train_grpo_two_steps_then_eval(tmp_path):
     summary = json.loads(done.split("done ", 1)[1])
     assert summary["steps"] == 2 and summary["method"] == "grpo"
     assert (tmp_path / "out" / "config.json").exists()  # a checkpoint loadable with from_pretrained
+    # A picture of the run beside the model, named by the done line.
+    assert summary["training_curves"] == str(tmp_path / "out" / "training_curves.png")
+    assert (tmp_path / "out" / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
+    # A quiet run: none of the third-party lines a user cannot act on (ppm_trl.quiet).
+    for noise in ("is deprecated", "Setting accelerator to CPU", "Loading weights", "Writing model shards", "Map:"):
+        assert noise not in result.stderr + result.stdout, noise
     result = _run_cli("eval", "--model", str(tmp_path / "out"), "--env", "multi_countdown", "--env_n", "1",
                       "--env_size", "2", "--num_samples", "2", "--k", "1", "2", "--max_new_tokens", "8",
                       "--output", str(tmp_path / "eval.json"))

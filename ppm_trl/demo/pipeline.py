@@ -14,6 +14,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..quiet import quiet_third_party
 from .horizons import HorizonRule, choose_horizons, format_profile, profile_warm_start
 from .runs import VARIANT_LABELS, RunSpec, plot_histories, train_variants
 from .warmstart import WarmStartSettings, read_manifest, reference_check, warm_start
@@ -84,6 +85,7 @@ def _pick_horizon(args: DemoArguments, profile: dict) -> tuple[int, dict[int, st
 
 
 def main(argv=None) -> dict:
+    quiet_third_party()
     args = parse_args(argv)
     from ..envs import make_dataset
 

@@ -235,8 +235,10 @@ def train_variants(model_path: str, specs: list[RunSpec], eval_dataset, output_d
     from concurrent.futures import ProcessPoolExecutor
 
     results: list[dict | None] = [None] * len(jobs)
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
+    from ..quiet import quiet_third_party
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=quiet_third_party) as pool:
         futures = {pool.submit(train_variant, *job): i for i, job in enumerate(jobs)}
         from concurrent.futures import as_completed
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from ..evaluation import sample_completions
+from ..quiet import datasets_progress_bars_off
 
 WARMSTART_VERSION = 2  # bump when the recipe changes, so old caches are not reused
 # v2: a fixed number of SFT steps (no accuracy probe), one thread, deterministic algorithms, a stored fingerprint.
@@ -243,9 +244,10 @@ def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None
             seed=settings.seed, hidden_size=settings.hidden_size, num_hidden_layers=settings.num_hidden_layers,
             num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_attention_heads,
         )
-        data = sft_dataset(settings)
-        data = data.map(lambda row: completion_only_tokens(tokenizer, row["prompt"], row["completion"]),
-                        remove_columns=data.column_names)
+        with datasets_progress_bars_off():  # three Map bars over data built here; the SFT bar shows the stage
+            data = sft_dataset(settings)
+            data = data.map(lambda row: completion_only_tokens(tokenizer, row["prompt"], row["completion"]),
+                            remove_columns=data.column_names)
         # A plain Trainer with the model's own loss: TRL's SFTTrainer computes it through a chunked LM head whose CPU
         # fallback loops in Python (~5x slower per step here); the loss is the same completion-only NLL.
         args = TrainingArguments(

@@ -5,6 +5,8 @@ Nothing here touches TRL's private members (that is `base.py`'s job alone)."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from typing import Any
 
 import torch
@@ -68,9 +70,23 @@ def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: in
         from ..tiny import save_tiny_model
 
         path = os.path.abspath(os.path.join(args.output_dir, "initial_tiny_model" + "_tools" * tool_calling))
-        if not os.path.exists(os.path.join(path, "config.json")):
-            save_tiny_model(path, seed=args.seed, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
-                            tool_calling=tool_calling)
+        # Under `accelerate launch` every rank gets here: the main process of each machine builds, the others wait
+        # and then find it (a rank that read a half-written directory failed on its missing chat template).
+        with args.main_process_first(desc="building the tiny model"):
+            if not os.path.exists(os.path.join(path, "config.json")):
+                # Written beside, then renamed: a run stopped while saving leaves no model without its tokenizer,
+                # and of two machines saving on a shared file system the first one's copy is kept.
+                os.makedirs(args.output_dir, exist_ok=True)
+                staging = tempfile.mkdtemp(prefix=".initial_tiny_model.", dir=os.path.dirname(path))
+                try:
+                    save_tiny_model(staging, seed=args.seed, hidden_size=hidden_size,
+                                    num_hidden_layers=num_hidden_layers, tool_calling=tool_calling)
+                    os.rename(staging, path)
+                except OSError:
+                    if not os.path.exists(os.path.join(path, "config.json")):
+                        raise
+                finally:
+                    shutil.rmtree(staging, ignore_errors=True)
         return path
     if isinstance(model, str) and os.path.isdir(os.path.expanduser(model)):
         return os.path.abspath(os.path.expanduser(model))
