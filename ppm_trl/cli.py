@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass, field
 
 from .methods import METHODS, REWARDS, get_method, get_reward  # the registries (no TRL import)
-from .report import method_metrics_mean, nothing_learned, training_summary  # noqa: F401  (shared with the trainers)
 from .plots import save_training_curves
 from .quiet import quiet_third_party
+from .report import method_metrics_mean, nothing_learned, training_summary  # noqa: F401  (shared with the trainers)
 
 
 @dataclass
