@@ -389,7 +389,8 @@ def training_schedule(argv: list[str], training_args, rows: int, processes: int)
     `train` fits it under `accelerate launch --num_processes`."""
     import dataclasses
 
-    from .cli import BATCH_KEYS, _config_path, _user_setting, fit_generation_batch, read_yaml_config
+    from .cli import _config_path, _user_setting, fit_generation_batch, read_yaml_config
+    from .configs import BATCH_KEYS
 
     path = _config_path(argv)
     config = read_yaml_config(path) if path else {}
@@ -400,7 +401,8 @@ def training_schedule(argv: list[str], training_args, rows: int, processes: int)
         defaults = {f.name: f.default for f in dataclasses.fields(type(training_args)) if f.name in BATCH_KEYS}
         derived, _ = fit_generation_batch(given, defaults, processes)
         if given["gradient_accumulation_steps"] is None:
-            accumulation = derived.get("gradient_accumulation_steps", defaults.get("gradient_accumulation_steps", 1))
+            # the configs leave it unset (None) by default, which means TRL's 1
+            accumulation = derived.get("gradient_accumulation_steps", defaults.get("gradient_accumulation_steps") or 1)
 
     def number(key):
         return int(given[key]) if given[key] is not None else None
