@@ -614,7 +614,7 @@ def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
     """`<prefix>: done {json}` on stdout (naming `training_curves.png` when drawn); on stderr a warning when nothing
     was learned, and the `eval` to run next."""
     curves, no_curves = save_training_curves(trainer.state.log_history, summary["output_dir"],
-                                             f"{summary['method']}: {os.path.basename(summary['output_dir'])}")
+                                             f"{summary.get('method', prefix)}: {os.path.basename(summary['output_dir'])}")
     if curves:
         summary["training_curves"] = curves
     print(f"{prefix}: done " + json.dumps(summary), flush=True)
