@@ -51,7 +51,7 @@ wheels = {}
 for wheel in wheel_dir.glob("*.whl"):
     name, version = wheel.name.split("-")[:2]
     wheels[(norm(name), version)] = wheel
-pyproject = Path("pyproject.toml").read_text()
+locks = Path("constraints/tested.txt").read_text()  # the exact versions CI runs (pyproject.toml holds ranges)
 sizes, problems = {"always": 0, "if-missing": 0}, []
 print(f"{'tier':<11} {'wheel':<80} {'MiB':>6}")
 for line in Path(list_path).read_text().splitlines():
@@ -67,9 +67,9 @@ for line in Path(list_path).read_text().splitlines():
     if not (tags[0] in ("py3", "py312", "cp312", "cp310", "py2.py3") and tags[1] in ("none", "abi3", "cp312")
             and ("x86_64" in tags[2] or tags[2] == "any")):
         problems.append(f"{wheel.name}: not installable on CPython 3.12 x86_64")
-    pinned = re.search(rf'"{re.escape(name)}==([^"]+)"', pyproject, re.IGNORECASE)
+    pinned = re.search(rf"^{re.escape(name)}==(\S+)", locks, re.IGNORECASE | re.MULTILINE)
     if pinned and pinned.group(1) != version:
-        problems.append(f"{spec}: pyproject.toml pins {name}=={pinned.group(1)}")
+        problems.append(f"{spec}: constraints/tested.txt locks {name}=={pinned.group(1)}")
     sizes[tier] += wheel.stat().st_size
     print(f"{tier:<11} {wheel.name:<80} {wheel.stat().st_size / 2**20:6.2f}")
 mib = {tier: size / 2**20 for tier, size in sizes.items()}
@@ -112,7 +112,7 @@ if [ "${SKIP_INSTALL:-0}" != 1 ]; then
   "$VENV/bin/pip" install -q --upgrade pip
   # torch first and exact: vllm pins it, and an unpinned resolve may pick another CUDA build.
   "$VENV/bin/pip" install -q "torch==2.13.0"
-  "$VENV/bin/pip" install -q -e '.[dev,vllm,deepspeed]'
+  "$VENV/bin/pip" install -q -c constraints/tested.txt -e '.[dev,vllm,deepspeed]'
   echo "gpu_smoke: install done after ${SECONDS}s"
 fi
 PY=${PYTHON:-$VENV/bin/python}
