@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
+import uuid
 from typing import Any
 
 import torch
@@ -76,8 +76,7 @@ def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: in
             if not os.path.exists(os.path.join(path, "config.json")):
                 # Written beside, then renamed: a run stopped while saving leaves no model without its tokenizer,
                 # and of two machines saving on a shared file system the first one's copy is kept.
-                os.makedirs(args.output_dir, exist_ok=True)
-                staging = tempfile.mkdtemp(prefix=".initial_tiny_model.", dir=os.path.dirname(path))
+                staging = os.path.join(args.output_dir, f".{os.path.basename(path)}.{uuid.uuid4().hex}")
                 try:
                     save_tiny_model(staging, seed=args.seed, hidden_size=hidden_size,
                                     num_hidden_layers=num_hidden_layers, tool_calling=tool_calling)
