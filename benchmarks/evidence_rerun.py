@@ -1,0 +1,122 @@
+"""Retrain cached evidence runs from scratch and check that every number comes out the same.
+
+    python benchmarks/evidence_rerun.py runs/multi_add/lines_n2_lr0.0001_s0_100st.json \
+        runs/multi_add_any_order/arg_n3_lr0.0001_s0_60st.json --workers 2
+
+Each named run file (relative to `--results-dir`) is trained again under the spec it records, from a warm start that
+this invocation builds in a fresh cache (`--cache-dir`, default a new temporary directory, so nothing a previous
+session left behind is reused); the warm start's fingerprint must equal the one the runs were measured on
+(`profile_<env>.json`). Then the rerun's evaluation history and training logs must equal the stored ones exactly,
+timings aside. Threads are pinned to one per run, as the evidence runs were (`OMP_NUM_THREADS=1`): the float results
+depend on the thread count. Exit status 1 if any number differs; a JSON report goes to `--report`.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["OMP_NUM_THREADS"] = "1"  # the evidence runs' setting; must precede torch's import
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from common import RESULTS  # noqa: E402
+from evidence import RunSpec, _run_job  # noqa: E402
+
+from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start  # noqa: E402
+
+TIMING_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", help="Run files, relative to --results-dir.")
+    parser.add_argument("--results-dir", default=os.path.join(RESULTS, "evidence"))
+    parser.add_argument("--cache-dir", default=None, help="Warm-start cache (default: a fresh temporary directory).")
+    parser.add_argument("--eval-size", type=int, default=256, help="As the evidence runs were made.")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--report", default=None, help="Where to write the JSON comparison.")
+    return parser.parse_args(argv)
+
+
+def without_timings(logs: list[dict]) -> list[dict]:
+    return [{k: v for k, v in entry.items() if k not in TIMING_KEYS} for entry in logs]
+
+
+def differences(stored: dict, rerun: dict) -> list[str]:
+    """Where the rerun's numbers differ from the stored run's (empty: identical)."""
+    found = []
+    for key, pick in (("history", lambda r: r["history"]), ("train_logs", lambda r: without_timings(r["train_logs"]))):
+        old, new = pick(stored), pick(rerun)
+        if len(old) != len(new):
+            found.append(f"{key}: {len(old)} entries stored, {len(new)} rerun")
+            continue
+        for i, (a, b) in enumerate(zip(old, new)):
+            for name in sorted(set(a) | set(b)):
+                if a.get(name) != b.get(name):
+                    found.append(f"{key}[{i}].{name}: stored {a.get(name)!r}, rerun {b.get(name)!r}")
+    return found
+
+
+def fingerprint_of(results_dir: str, env: str) -> str:
+    path = os.path.join(results_dir, f"profile_{env}.json")
+    with open(path) as handle:
+        return json.load(handle)["fingerprint"]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    cache = args.cache_dir or tempfile.mkdtemp(prefix="ppm_trl_rerun_cache_")
+    stored = {}
+    for name in args.runs:
+        path = os.path.join(args.results_dir, name)
+        if not os.path.isfile(path):
+            raise SystemExit(f"{path}: no such run file")
+        with open(path) as handle:
+            stored[name] = json.load(handle)
+    models, report = {}, {"cache_dir": cache, "runs": {}, "warm_starts": {}}
+    for env in sorted({run["env"] for run in stored.values()}):
+        started = time.time()
+        path = warm_start(WarmStartSettings.for_env(env), cache_root=cache, progress=False)
+        built, expected = read_manifest(path)["weights_digest"], fingerprint_of(args.results_dir, env)
+        report["warm_starts"][env] = {"built": built, "stored": expected, "seconds": round(time.time() - started)}
+        print(f"{env}: warm start {built} (runs measured on {expected}) in {time.time() - started:.0f}s", flush=True)
+        if built != expected:
+            raise SystemExit(f"{env}: this machine built warm start {built}, the runs were measured on {expected}")
+        models[env] = path
+    scratch = tempfile.mkdtemp(prefix="ppm_trl_rerun_runs_")
+    jobs = {name: (models[run["env"]], run["env"], RunSpec(**run["spec"]), args.eval_size, run["eval_role"],
+                   os.path.join(scratch, name.replace("/", "_"))) for name, run in stored.items()}
+    reruns = {}
+    if args.workers == 1:
+        reruns = {name: _run_job(*job) for name, job in jobs.items()}
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {name: pool.submit(_run_job, *job) for name, job in jobs.items()}
+            reruns = {name: future.result() for name, future in futures.items()}
+    failed = False
+    for name, rerun in reruns.items():
+        found = differences(stored[name], rerun)
+        failed |= bool(found)
+        final = rerun["history"][-1]
+        report["runs"][name] = {"identical": not found, "differences": found[:20],
+                                "final_all_correct": final["all_correct"],
+                                "final_greedy_all_correct": final["greedy_all_correct"],
+                                "wall_seconds": round(rerun["wall_seconds"])}
+        verdict = "identical" if not found else f"{len(found)} numbers differ, first: {found[0]}"
+        print(f"{name}: final all-correct {final['all_correct']:.4f}, greedy {final['greedy_all_correct']:.4f} "
+              f"({rerun['wall_seconds']:.0f}s) — {verdict}", flush=True)
+    if args.report:
+        with open(args.report, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
