@@ -22,7 +22,9 @@ Parts:
   Target at horizon n: all-correct ≥ `--target-line`ⁿ (every line right with that probability). Headline: the final
   gap (line segments − GRPO) against n at T = 1 and greedy, and GRPO / PPM samples-to-target at the hardest n.
 * **ppm_robust**: the hardest-horizon comparison (GRPO vs line segments, the lrs tuned in `ppm`) again on `chain_add`,
-  whose warm start learned from clean references (its cliff is a competence limit), at the cliff of its profile.
+  whose warm start learned from clean references (its cliff is a competence limit), at the cliff of its profile. The
+  recipe (1,542 SFT steps) solves n = 2..8 (no cliff), so the same SFT stopped earlier is tried next
+  (`--robust-sft-steps`): the first warm start whose profile has a cliff is the one measured.
 * **papo** (PAPO §5.3, §6, §3.2) on `multi_add_boxed`, whose outcome is the box alone, from a warm start whose box
   states the true sums while 40 % of its work lines are wrong: correct answers differ in process (programmatic
   process score = fraction of right lines). Arms: GRPO, PAPO, PAPO Fullnorm, multiplicative, and PRM-only on a
@@ -83,6 +85,9 @@ def parse_args(argv=None):
     parser.add_argument("--target-line", type=float, default=0.65,
                         help="PPM's target at horizon n is all-correct ≥ target_line ** n.")
     parser.add_argument("--papo-n", type=int, default=3, help="PAPO's horizon.")
+    parser.add_argument("--robust-sft-steps", type=int, nargs="+", default=[1542, 1400, 1300, 1200],
+                        help="ppm_robust's chain_add warm starts, tried in order: the recipe (1,542 SFT steps), then the "
+                             "same recipe stopped earlier; the first whose profile has a cliff is used.")
     parser.add_argument("--profile-size", type=int, default=256)
     parser.add_argument("--workers", type=int, default=1, help="Runs in parallel (processes, one thread each).")
     parser.add_argument("--output-dir", default=os.path.join(RESULTS, "evidence"))
@@ -160,14 +165,14 @@ PENDING: list[str] = []  # runs that `--plan` / `--summarize-only` found missing
 class Runner:
     """Trains (or reads from the cache) the runs of one warm start; every run is one JSON file."""
 
-    def __init__(self, args, env: str, model_path: str):
-        self.args, self.env, self.model_path = args, env, model_path
+    def __init__(self, args, env: str, model_path: str, folder: str | None = None):
+        self.args, self.env, self.model_path, self.folder = args, env, model_path, folder or env
 
     def role(self, seed: int) -> str:
         return "tune" if seed in self.args.tuning_seeds else "report"
 
     def path(self, spec: RunSpec) -> str:
-        return os.path.join(self.args.output_dir, "runs", self.env, f"{spec.variant}_n{spec.n}_lr{spec.learning_rate:g}"
+        return os.path.join(self.args.output_dir, "runs", self.folder, f"{spec.variant}_n{spec.n}_lr{spec.learning_rate:g}"
                             f"_s{spec.seed}_{spec.max_steps}st.json")
 
     def run(self, specs: list[RunSpec]) -> dict[tuple, dict]:
@@ -305,15 +310,16 @@ def grid_table(title: str, tuned: dict, n: int) -> str:
         ["variant", "lr", "final all-correct per tuning seed", "mean", "mean per-sub-problem", "ranked by", ""], rows)
 
 
-def pinned_warm_start(args, env: str, horizons: list[int]) -> tuple[str, str, dict]:
-    """(path, fingerprint, profile by n) of `env`'s recipe warm start; the profile is cached next to the runs."""
-    settings = WarmStartSettings.for_env(env)
+def pinned_warm_start(args, env: str, horizons: list[int], label: str = "", **overrides) -> tuple[str, str, dict]:
+    """(path, fingerprint, profile by n) of `env`'s recipe warm start (with `overrides`, whose profile file carries
+    `label`); the profile is cached next to the runs."""
+    settings = WarmStartSettings.for_env(env, **overrides)
     if args.quick:
         settings = WarmStartSettings(env=env, horizons=(1, 2), num_examples=64, max_steps=2, batch_size=8,
                                      hidden_size=32, num_hidden_layers=1)
     path = warm_start(settings, cache_root=args.cache_dir, progress=False)
     fingerprint = read_manifest(path)["weights_digest"]
-    profile_file = os.path.join(args.output_dir, f"profile_{env}.json")
+    profile_file = os.path.join(args.output_dir, f"profile_{env}{label}.json")
     profile = {}
     if os.path.exists(profile_file):
         with open(profile_file) as handle:
@@ -472,17 +478,25 @@ def ppm_robust_part(args, summary: dict, tables: list[str]) -> None:
         return
     env, steps = "chain_add", args.ppm_steps
     horizons = [1, 2] if args.quick else list(range(2, 9))
-    path, fingerprint, profile = pinned_warm_start(args, env, horizons)
-    chosen, reasons = choose_horizons({n: profile[n] for n in horizons})
+    recipe_steps = WarmStartSettings.for_env(env).max_steps
+    tried = {}
+    for sft_steps in args.robust_sft_steps:
+        label = "" if sft_steps == recipe_steps else f"_sft{sft_steps}"
+        path, fingerprint, profile = pinned_warm_start(args, env, horizons, label, max_steps=sft_steps)
+        chosen, reasons = choose_horizons({n: profile[n] for n in horizons})
+        tried[str(sft_steps)] = {"warm_start_fingerprint": fingerprint, "cliff": chosen["cliff"],
+                                 "profile": {str(k): profile[k] for k in horizons}, "horizon_reasons": reasons}
+        if chosen["cliff"] is not None or args.quick:
+            break
     n = 2 if args.quick else chosen["cliff"]
-    robust = {"task": env, "warm_start_fingerprint": fingerprint, "horizon_reasons": reasons, "n": n,
-              "profile": {str(k): profile[k] for k in horizons}, "reporting_seeds": args.seeds,
-              "lr": {"sparse": best["sparse"], "lines": best["lines"]}}
+    robust = {"task": env, "sft_steps": sft_steps, "warm_starts_tried": tried, "warm_start_fingerprint": fingerprint,
+              "horizon_reasons": reasons, "n": n, "profile": {str(k): profile[k] for k in horizons},
+              "reporting_seeds": args.seeds, "lr": {"sparse": best["sparse"], "lines": best["lines"]}}
     summary["ppm_robust"] = robust
     if n is None:
-        robust["result"] = "no cliff by the horizon rule: nothing to measure"
+        robust["result"] = f"no cliff by the horizon rule at any of SFT steps {args.robust_sft_steps}: nothing measured"
         return
-    runner = Runner(args, env, path)
+    runner = Runner(args, env, path, env + label)
     specs = [spec(v, n, best[v], s, steps, args.eval_every) for v in ("sparse", "lines") for s in args.seeds]
     runs = runner.run(specs)
     if len(runs) < len(specs):
@@ -498,7 +512,7 @@ def ppm_robust_part(args, summary: dict, tables: list[str]) -> None:
     reached = {v: [samples_to_target(runs[(v, n, best[v], s)]["history"], target) for s in args.seeds]
                for v in ("sparse", "lines")}
     robust["samples_to_target"] = reached
-    tables.append(f"### PPM robustness: {env} (clean references; warm start {fingerprint}), n = {n} by the horizon "
+    tables.append(f"### PPM robustness: {env} (clean references; warm start {fingerprint}, {sft_steps} SFT steps), n = {n} by the horizon "
                   f"rule, base all-correct {profile[n]['all_correct']:.3f}; {len(args.seeds)} reporting seeds\n\n"
                   + markdown_table(["final metric", "GRPO", "PPM line segments", "gap (paired)"], rows)
                   + f"\n\nSamples to {target:.3f}: GRPO {reached['sparse']}, line segments {reached['lines']} "
