@@ -19,6 +19,7 @@ os.environ["OMP_NUM_THREADS"] = "1"  # the evidence runs' setting; must precede 
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -77,7 +78,9 @@ def main(argv=None) -> int:
             raise SystemExit(f"{path}: no such run file")
         with open(path) as handle:
             stored[name] = json.load(handle)
-    models, report = {}, {"cache_dir": cache, "runs": {}, "warm_starts": {}}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
+    models, report = {}, {"commit": commit, "cache_dir": cache, "runs": {}, "warm_starts": {}}
     for env in sorted({run["env"] for run in stored.values()}):
         started = time.time()
         path = warm_start(WarmStartSettings.for_env(env), cache_root=cache, progress=False)
