@@ -85,9 +85,10 @@ def parse_args(argv=None):
     parser.add_argument("--target-line", type=float, default=0.65,
                         help="PPM's target at horizon n is all-correct ≥ target_line ** n.")
     parser.add_argument("--papo-n", type=int, default=3, help="PAPO's horizon.")
-    parser.add_argument("--robust-sft-steps", type=int, nargs="+", default=[1542, 1400, 1300, 1200],
+    parser.add_argument("--robust-sft-steps", type=int, nargs="+", default=[1542, 1400, 1300, 1350, 1375, 1325],
                         help="ppm_robust's chain_add warm starts, tried in order: the recipe (1,542 SFT steps), then the "
-                             "same recipe stopped earlier; the first whose profile has a cliff is used.")
+                             "same recipe stopped earlier, closing in on the jump in which it learns the task (1,400: "
+                             "no cliff yet, 1,300: every line a wall); the first whose profile has a cliff is used.")
     parser.add_argument("--profile-size", type=int, default=256)
     parser.add_argument("--workers", type=int, default=1, help="Runs in parallel (processes, one thread each).")
     parser.add_argument("--output-dir", default=os.path.join(RESULTS, "evidence"))
