@@ -85,7 +85,7 @@ def parse_args(argv=None):
     parser.add_argument("--target-line", type=float, default=0.65,
                         help="PPM's target at horizon n is all-correct ≥ target_line ** n.")
     parser.add_argument("--papo-n", type=int, default=3, help="PAPO's horizon.")
-    parser.add_argument("--robust-sft-steps", type=int, nargs="+", default=[1542, 1400, 1300, 1350, 1375, 1325],
+    parser.add_argument("--robust-sft-steps", type=int, nargs="+", default=[1542, 1400, 1300, 1350, 1375, 1325, 1315, 1310],
                         help="ppm_robust's chain_add warm starts, tried in order: the recipe (1,542 SFT steps), then the "
                              "same recipe stopped earlier, closing in on the jump in which it learns the task (1,400: "
                              "no cliff yet, 1,300: every line a wall); the first whose profile has a cliff is used.")
@@ -469,6 +469,14 @@ def save_figure(fig, axes, titles, xlabel: str, path: str) -> None:
     plt.close(fig)
 
 
+def first_line_only(entry: dict) -> dict:
+    """chain_add's lines are chained (line k is right only while the running value is), so its last line is right
+    about as often as the whole answer and the per-line floor that tells a wall from a cliff on independent lines
+    would refuse every chain_add cliff. The floor is applied to line 1, the only line that stands alone; the
+    all-correct window and the monotone fall apply as on multi_add."""
+    return {**entry, "per_point": list(entry.get("per_point") or [])[:1]}
+
+
 def ppm_robust_part(args, summary: dict, tables: list[str]) -> None:
     """PPM's hardest-horizon comparison again on `chain_add`, whose warm start learned from clean references: its
     cliff is a competence limit (carried running values mod 10), not injected noise. GRPO and line segments at the
@@ -484,7 +492,7 @@ def ppm_robust_part(args, summary: dict, tables: list[str]) -> None:
     for sft_steps in args.robust_sft_steps:
         label = "" if sft_steps == recipe_steps else f"_sft{sft_steps}"
         path, fingerprint, profile = pinned_warm_start(args, env, horizons, label, max_steps=sft_steps)
-        chosen, reasons = choose_horizons({n: profile[n] for n in horizons})
+        chosen, reasons = choose_horizons({n: first_line_only(profile[n]) for n in horizons})
         tried[str(sft_steps)] = {"warm_start_fingerprint": fingerprint, "cliff": chosen["cliff"],
                                  "profile": {str(k): profile[k] for k in horizons}, "horizon_reasons": reasons}
         if chosen["cliff"] is not None or args.quick:
