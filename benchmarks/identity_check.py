@@ -10,7 +10,7 @@ public CLI, so the flags and YAML keys are exercised as a user gives them; the r
 step time). Cases that need a model which solves some problems (so that advantages are non-zero and the weights
 move) start from `make demo`'s cached warm start (`ppm_trl.demo.warmstart`, built in ~8 min of one core when not
 cached); the guidance cases start from the untrained tiny model, whose groups all fail, so every group is guided.
-`--demo` adds `python -m ppm_trl.demo --quick` with a fresh warm-start cache: its stdout with durations removed,
+`--cases` picks some. `--demo` adds `python -m ppm_trl.demo --quick` with a fresh warm-start cache: its stdout with durations removed,
 its results.json and its PPM checkpoint.
 """
 
@@ -28,27 +28,33 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TIMING_KEYS = re.compile(r"runtime|per_second|step_time|_time$|time/")
 
-# (name, YAML config under configs/ or None for the warm-start cases, extra flags)
-WARM = ["--env_name", "multi_add", "--env_size", "32", "--use_cpu", "true", "--bf16", "false",
+# (name, YAML config under configs/ — or "warm:<env>", the warm start of that env (`make demo`'s is multi_add) —, flags)
+WARM = ["--env_size", "32", "--use_cpu", "true", "--bf16", "false",
         "--gradient_checkpointing", "false", "--per_device_train_batch_size", "8", "--num_generations", "4",
         "--max_completion_length", "96", "--max_steps", "2", "--logging_steps", "1", "--save_strategy", "no",
         "--report_to", "none", "--seed", "0", "--learning_rate", "1e-4", "--warmup_steps", "0"]
 ARG_FLAGS = ["--arg_num_continuations", "4", "--arg_max_accepted", "2", "--arg_min_continuation_tokens", "16"]
 CASES = [
-    ("grpo_warm", None, ["--method", "grpo", "--env_n", "1"]),
-    ("ppm_equal_chunks", None, ["--method", "ppm", "--env_n", "3", "--num_segments", "4"]),
-    ("ppm_delimiter", None, ["--method", "ppm", "--env_n", "3", "--num_segments", "4", "--segmentation", "delimiter"]),
-    ("ppm_trajectory", None, ["--method", "ppm", "--env_n", "3", "--granularity", "trajectory"]),
-    ("ppm_exact_order", None, ["--method", "ppm", "--env_n", "3", "--progress_mode", "exact_order"]),
-    ("ppm_process_reward", None, ["--method", "ppm", "--env_n", "3", "--progress_mode", "process_reward",
+    ("grpo_warm", "warm:multi_add", ["--method", "grpo", "--env_n", "1"]),
+    ("ppm_equal_chunks", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--num_segments", "4"]),
+    ("ppm_delimiter", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--num_segments", "4", "--segmentation", "delimiter"]),
+    ("ppm_trajectory", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--granularity", "trajectory"]),
+    ("ppm_exact_order", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--progress_mode", "exact_order"]),
+    ("ppm_process_reward", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--progress_mode", "process_reward",
                                   "--scale_rewards", "group", "--overlap_scoring", "false"]),
-    ("papo", None, ["--method", "papo", "--env_n", "1"]),
-    ("papo_full_mult", None, ["--method", "papo", "--env_n", "1", "--process_norm", "full", "--combine",
+    ("papo", "warm:multi_add", ["--method", "papo", "--env_n", "1"]),
+    ("papo_full_mult", "warm:multi_add", ["--method", "papo", "--env_n", "1", "--process_norm", "full", "--combine",
                               "multiplicative", "--overlap_scoring", "false"]),
-    ("papo_full", None, ["--method", "papo", "--env_n", "2", "--process_norm", "full", "--process_weight", "0.5"]),
-    ("arg_warm", None, ["--method", "arg", "--env_n", "3", *ARG_FLAGS]),
-    ("ppm_arg_warm", None, ["--method", "ppm+arg", "--env_n", "3", "--segmentation", "delimiter", *ARG_FLAGS]),
-    ("papo_arg_warm", None, ["--method", "papo+arg", "--env_n", "2", *ARG_FLAGS]),
+    ("papo_full", "warm:multi_add", ["--method", "papo", "--env_n", "2", "--process_norm", "full", "--process_weight", "0.5"]),
+    ("arg_warm", "warm:multi_add", ["--method", "arg", "--env_n", "3", *ARG_FLAGS]),
+    ("ppm_arg_warm", "warm:multi_add", ["--method", "ppm+arg", "--env_n", "3", "--segmentation", "delimiter", *ARG_FLAGS]),
+    ("papo_arg_warm", "warm:multi_add", ["--method", "papo+arg", "--env_n", "2", *ARG_FLAGS]),
+    # multi_add_boxed: the outcome is the box, so correct answers differ in their work lines and A_proc is not 0.
+    ("papo_boxed", "warm:multi_add_boxed", ["--method", "papo", "--env_n", "3"]),
+    ("papo_boxed_full", "warm:multi_add_boxed", ["--method", "papo", "--env_n", "3", "--process_norm", "full",
+                                                 "--overlap_scoring", "false"]),
+    ("papo_boxed_mult", "warm:multi_add_boxed", ["--method", "papo", "--env_n", "3", "--combine", "multiplicative"]),
+    ("papo_arg_boxed", "warm:multi_add_boxed", ["--method", "papo+arg", "--env_n", "4", *ARG_FLAGS]),
     ("arg_tiny", "arg_tiny.yaml", []),
     ("arg_tiny_resampling", "arg_tiny.yaml", ["--arg_mode", "resampling"]),
     ("arg_tiny_insertion", "arg_tiny.yaml", ["--arg_mode", "reference_insertion", "--surprisal_weighting", "false"]),
@@ -78,10 +84,11 @@ def run_case(name: str, output_dir: str) -> dict:
 
     quiet_third_party()
     _, config, flags = next(case for case in CASES if case[0] == name)
-    if config is None:
-        from ppm_trl.demo.warmstart import warm_start
+    if config.startswith("warm:"):
+        from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
 
-        argv = ["--model_name_or_path", warm_start(), *WARM, *flags]
+        env = config.split(":", 1)[1]
+        argv = ["--model_name_or_path", warm_start(WarmStartSettings(env=env)), "--env_name", env, *WARM, *flags]
     else:
         argv = ["--config", os.path.join(ROOT, "configs", config), *flags]
     script_args, training_args, model_args = parse_train_args([*argv, "--output_dir", output_dir])

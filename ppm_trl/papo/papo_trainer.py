@@ -64,6 +64,9 @@ class PAPOTrainer(MethodTrainer):
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         install_judge_stats(self, self.process_scorer)
 
+    def method_scorers(self) -> list:
+        return [*super().method_scorers(), self.process_scorer]
+
     def on_final_rollout(self, rollout):
         super().on_final_rollout(rollout)
         if not self.args.overlap_scoring or rollout.extra_fields:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..configs import SCORERS, JudgeArguments, WholeGroupBatches, check_choice, refuse_normalize_then_sum
-from .ppm_estimators import GRANULARITIES, PROGRESS_MODES, ppm_estimator
+from .ppm_estimators import accepted_granularities, accepted_progress_modes, ppm_estimator
 from .segmentation import SEGMENTATIONS, SegmentationSettings
 
 
@@ -96,8 +96,8 @@ class PPMConfig(JudgeArguments, WholeGroupBatches, GRPOConfig):
             raise ValueError(f"num_segments must be >= 1, got {self.num_segments}")
         check_choice("segmentation", self.segmentation, SEGMENTATIONS)
         SEGMENTATIONS[self.segmentation].check(SegmentationSettings.of(self))  # e.g. a bad regex fails here
-        check_choice("granularity", self.granularity, GRANULARITIES)
-        check_choice("progress_mode", self.progress_mode, PROGRESS_MODES)
+        check_choice("granularity", self.granularity, accepted_granularities())
+        check_choice("progress_mode", self.progress_mode, accepted_progress_modes())
         check_choice("progress_scorer", self.progress_scorer, SCORERS)
         if self.progress_mode != "ppm" and self.shortcutting:
             # The baselines are defined without shortcutting (paper App. B.1).

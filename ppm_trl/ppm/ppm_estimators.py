@@ -171,8 +171,20 @@ PPM_ESTIMATORS = {
     ("trajectory", "ppm"): ppm_trajectory_advantages,
     ("trajectory", "exact_order"): ppm_trajectory_advantages,
 }
-GRANULARITIES = tuple(dict.fromkeys(granularity for granularity, _ in PPM_ESTIMATORS))
-PROGRESS_MODES = tuple(dict.fromkeys(mode for _, mode in PPM_ESTIMATORS))
+
+
+def accepted_granularities() -> tuple[str, ...]:
+    """The granularities `PPM_ESTIMATORS` has an estimator for, in table order (what `PPMConfig` accepts)."""
+    return tuple(dict.fromkeys(granularity for granularity, _ in PPM_ESTIMATORS))
+
+
+def accepted_progress_modes() -> tuple[str, ...]:
+    """The progress modes `PPM_ESTIMATORS` has an estimator for, in table order (what `PPMConfig` accepts)."""
+    return tuple(dict.fromkeys(mode for _, mode in PPM_ESTIMATORS))
+
+
+GRANULARITIES, PROGRESS_MODES = accepted_granularities(), accepted_progress_modes()  # the built-in table's
+
 # The pairs of accepted values that name no estimator, and why.
 UNDEFINED_ESTIMATORS = {
     ("trajectory", "process_reward"): "the process-reward baseline (App. B.1) scores each chunk alone, so it is "
@@ -188,10 +200,11 @@ def _either(values) -> str:
 def ppm_estimator(granularity: str, progress_mode: str):
     """The PPM-family estimator that `PPMConfig.granularity` × `progress_mode` select (`PPM_ESTIMATORS`); an undefined
     pair is a ValueError (raised when the config is built)."""
-    if granularity not in GRANULARITIES or progress_mode not in PROGRESS_MODES:
+    granularities, modes = accepted_granularities(), accepted_progress_modes()
+    if granularity not in granularities or progress_mode not in modes:
         raise ValueError(f"no PPM estimator for granularity={granularity!r}, progress_mode={progress_mode!r}: "
-                         f"granularity is {_either(GRANULARITIES)}, progress_mode {_either(PROGRESS_MODES)}")
-    if (granularity, progress_mode) in UNDEFINED_ESTIMATORS:
-        raise ValueError(f"granularity={granularity!r} with progress_mode={progress_mode!r} is not an estimator: "
-                         f"{UNDEFINED_ESTIMATORS[granularity, progress_mode]}")
+                         f"granularity is {_either(granularities)}, progress_mode {_either(modes)}")
+    if (granularity, progress_mode) not in PPM_ESTIMATORS:
+        why = UNDEFINED_ESTIMATORS.get((granularity, progress_mode), "PPM_ESTIMATORS has no entry for the pair")
+        raise ValueError(f"granularity={granularity!r} with progress_mode={progress_mode!r} is not an estimator: {why}")
     return PPM_ESTIMATORS[granularity, progress_mode]

@@ -65,6 +65,9 @@ class PPMGRPOTrainer(MethodTrainer):
         install_judge_stats(self, self.progress_scorer)
 
     # ------------------------------------------------------------------------------------------ base hooks
+    def method_scorers(self) -> list:
+        return [*super().method_scorers(), self.progress_scorer]
+
     def on_final_rollout(self, rollout):
         super().on_final_rollout(rollout)
         # A rollout_func's extra fields join the rows only just before TRL's rewards: score those rows then.

@@ -19,7 +19,7 @@ import torch
 from ..points import ReasoningGraph
 from ..scorers import JudgePointMatcher, PointMatcher, ProgrammaticPointMatcher, build_judge, reasoning_graph_of
 from ..text import problem_text
-from .ppm_estimators import PROGRESS_MODES, exact_order_progress
+from .ppm_estimators import accepted_progress_modes, exact_order_progress
 
 
 class ProgressScorer:
@@ -33,8 +33,8 @@ class ProgressScorer:
     """
 
     def __init__(self, matcher: PointMatcher, mode: str = "ppm", shortcutting: bool = True):
-        if mode not in PROGRESS_MODES:
-            raise ValueError(f"unknown progress mode {mode!r}; accepted: {', '.join(PROGRESS_MODES)}")
+        if mode not in accepted_progress_modes():
+            raise ValueError(f"unknown progress mode {mode!r}; accepted: {', '.join(accepted_progress_modes())}")
         self.matcher = matcher
         self.mode = mode
         self.shortcutting = shortcutting and mode == "ppm"
