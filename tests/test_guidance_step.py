@@ -1,5 +1,5 @@
-"""One step of Algorithm 1 as data (ppm_trl/guidance.py), without TRL: the mode dispatch, the failure scan, group
-plans, acceptance with the reference fallback, the selector's feedback batch and the logged metrics, by hand."""
+"""One step of Algorithm 1 as data (ppm_trl/arg/guidance_step.py), without TRL: the mode dispatch, the failure
+scan, group plans, acceptance with the reference fallback, the selector's feedback batch and the logged metrics, by hand."""
 
 from __future__ import annotations
 

@@ -99,6 +99,7 @@ class MethodHooks:
     """The public hooks a method trainer overrides, the helpers they call, and TRL's hooks that call them (mixed into
     `MethodTrainer`)."""
 
+    # ------------------------------------------------------------------------------------------ public hooks
     def on_rollout(self, rollout: Rollout) -> Rollout:
         """Called after every generation (training and eval); return the rollout, rows replaced or not."""
         return rollout
@@ -120,7 +121,7 @@ class MethodHooks:
     def load_extra_checkpoint_state(self, states: dict[str, Any]) -> None:
         """Restore from {file name: state} read from the resumed checkpoint (files it lacks are absent)."""
 
-
+    # ------------------------------------------------------------------------------ helpers the hooks call
     def run_in_background(self, function, *args) -> Future:
         """`function(*args)` on the trainer's one scoring worker thread; `result()` returns its value or re-raises
         its exception. Jobs run one at a time, in order; a job of a generation batch that is not collected by the

@@ -68,7 +68,6 @@ def uploads_ignoring(patterns: list[str]):
         setattr(module, HUB_API[1], shared)
 
 
-
 class HubUploads:
     """The trainer's pushes, each leaving the run's private files out (mixed into `MethodTrainer`)."""
 
