@@ -27,6 +27,7 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TIMING_KEYS = re.compile(r"runtime|per_second|step_time|_time$|time/")
+DEMO_TIMING_KEYS = re.compile(r"runtime|per_second|seconds|step_time|_time$|time/")  # the demo's results.json
 
 # (name, YAML config under configs/ — or "warm:<env>", the warm start of that env (`make demo`'s is multi_add) —, flags)
 WARM = ["--env_size", "32", "--use_cpu", "true", "--bf16", "false",
@@ -117,13 +118,14 @@ def run_demo(work: str) -> dict:
 
     def strip(value):
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if not TIMING_KEYS.search(k) and k not in ("seconds",)}
+            return {k: strip(v) for k, v in value.items() if not DEMO_TIMING_KEYS.search(k)}
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value.replace(work, "<work>") if isinstance(value, str) else value
 
     weights = os.path.join(out, "ppm_model", "model.safetensors")
     return {"stdout": sha256_json(stdout), "stdout_text": stdout, "results": sha256_json(strip(results)),
+            "results_json": strip(results),
             "weights": sha256_file(weights) if os.path.exists(weights) else None}
 
 

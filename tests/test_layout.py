@@ -95,6 +95,23 @@ def test_ppm_trl_arg_is_a_real_package_and_imports_stay_light():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+PURE_MODULES = ["ppm_trl.advantages", "ppm_trl.points", "ppm_trl.text", "ppm_trl.scorers", "ppm_trl.registry",
+                "ppm_trl.methods", "ppm_trl.ppm.ppm_estimators", "ppm_trl.ppm.segmentation",
+                "ppm_trl.ppm.progress_scorers", "ppm_trl.papo.papo_estimators", "ppm_trl.papo.process_scorers",
+                "ppm_trl.arg.surprisal", "ppm_trl.arg.prefixes", "ppm_trl.arg.selector", "ppm_trl.arg.acceptance",
+                "ppm_trl.arg.references", "ppm_trl.arg.guidance_step", "ppm_trl.guidance", "ppm_trl.segments"]
+
+
+def test_the_pure_maths_imports_no_trl():
+    """Every equation module, the method folders' pure pieces included, imports neither TRL nor transformers."""
+    root = str(PACKAGE.parent)
+    script = (f"import importlib, sys\nfor name in {PURE_MODULES!r}:\n    importlib.import_module(name)\n"
+              "print(sorted(m for m in sys.modules if m == 'trl' or m.startswith(('trl.', 'transformers'))))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            cwd=root, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout[-2000:] + result.stderr[-2000:]
+
+
 def test_the_guidance_module_keeps_every_name_of_the_arg_core():
     import ppm_trl.arg as arg
     import ppm_trl.guidance as guidance
