@@ -5,13 +5,13 @@ the same logged numbers.
     OMP_NUM_THREADS=1 python benchmarks/identity_check.py --json after.json --compare before.json
 
 Each case is one `ppm-trl train` run (2 optimizer steps, seed 0, CPU, one thread, its own process) through the
-public CLI, so the flags and YAML keys are exercised as a user gives them; the record is the sha256 of the saved
+public CLI (`ppm_trl.cli.main`), so the flags and YAML keys are exercised as a user gives them; the record is the sha256 of the saved
 `model.safetensors` and of the run's `log_history` without its wall-clock entries (runtime, samples per second,
 step time). Cases that need a model which solves some problems (so that advantages are non-zero and the weights
-move) start from `make demo`'s cached warm start (`ppm_trl.demo.warmstart`, built in ~8 min of one core when not
-cached); the guidance cases start from the untrained tiny model, whose groups all fail, so every group is guided.
-`--cases` picks some. `--demo` adds `python -m ppm_trl.demo --quick` with a fresh warm-start cache: its stdout with durations removed,
-its results.json and its PPM checkpoint.
+move) start from the cached warm starts of `ppm_trl.demo.warmstart` (multi_add's is `make demo`'s; each is built in
+~8 min of one core when not cached); the guidance cases start from the untrained tiny model, whose groups all fail, so every group is guided.
+`--cases` picks some. `--demo` adds `python -m ppm_trl.demo --quick` with a fresh warm-start cache: its stdout with
+durations removed, its results.json (durations removed) and its PPM checkpoint.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 TIMING_KEYS = re.compile(r"runtime|per_second|step_time|_time$|time/")
 DEMO_TIMING_KEYS = re.compile(r"runtime|per_second|seconds|step_time|_time$|time/")  # the demo's results.json
 
-# (name, YAML config under configs/ — or "warm:<env>", the warm start of that env (`make demo`'s is multi_add) —, flags)
+# (name, what it starts from, flags): a YAML config under configs/, or "warm:<env>" for the warm start of that env
+# (`make demo`'s is multi_add's).
 WARM = ["--env_size", "32", "--use_cpu", "true", "--bf16", "false",
         "--gradient_checkpointing", "false", "--per_device_train_batch_size", "8", "--num_generations", "4",
         "--max_completion_length", "96", "--max_steps", "2", "--logging_steps", "1", "--save_strategy", "no",
@@ -38,7 +39,8 @@ ARG_FLAGS = ["--arg_num_continuations", "4", "--arg_max_accepted", "2", "--arg_m
 CASES = [
     ("grpo_warm", "warm:multi_add", ["--method", "grpo", "--env_n", "1"]),
     ("ppm_equal_chunks", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--num_segments", "4"]),
-    ("ppm_delimiter", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--num_segments", "4", "--segmentation", "delimiter"]),
+    ("ppm_delimiter", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--num_segments", "4", "--segmentation",
+                                         "delimiter"]),
     ("ppm_trajectory", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--granularity", "trajectory"]),
     ("ppm_exact_order", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--progress_mode", "exact_order"]),
     ("ppm_process_reward", "warm:multi_add", ["--method", "ppm", "--env_n", "3", "--progress_mode", "process_reward",
@@ -46,9 +48,11 @@ CASES = [
     ("papo", "warm:multi_add", ["--method", "papo", "--env_n", "1"]),
     ("papo_full_mult", "warm:multi_add", ["--method", "papo", "--env_n", "1", "--process_norm", "full", "--combine",
                               "multiplicative", "--overlap_scoring", "false"]),
-    ("papo_full", "warm:multi_add", ["--method", "papo", "--env_n", "2", "--process_norm", "full", "--process_weight", "0.5"]),
+    ("papo_full", "warm:multi_add", ["--method", "papo", "--env_n", "2", "--process_norm", "full", "--process_weight",
+                                     "0.5"]),
     ("arg_warm", "warm:multi_add", ["--method", "arg", "--env_n", "3", *ARG_FLAGS]),
-    ("ppm_arg_warm", "warm:multi_add", ["--method", "ppm+arg", "--env_n", "3", "--segmentation", "delimiter", *ARG_FLAGS]),
+    ("ppm_arg_warm", "warm:multi_add", ["--method", "ppm+arg", "--env_n", "3", "--segmentation", "delimiter",
+                                        *ARG_FLAGS]),
     ("papo_arg_warm", "warm:multi_add", ["--method", "papo+arg", "--env_n", "2", *ARG_FLAGS]),
     # multi_add_boxed: the outcome is the box, so correct answers differ in their work lines and A_proc is not 0.
     ("papo_boxed", "warm:multi_add_boxed", ["--method", "papo", "--env_n", "3"]),
@@ -79,24 +83,30 @@ def without_timings(log_history: list[dict]) -> list[dict]:
 
 
 def run_case(name: str, output_dir: str) -> dict:
-    """Train one case in this process (called in a child process) and return its record."""
-    from ppm_trl.cli import build_trainer, parse_train_args
-    from ppm_trl.quiet import quiet_third_party
+    """Train one case in this process (called in a child process) with `ppm-trl train`, and return its record."""
+    import transformers
 
-    quiet_third_party()
-    _, config, flags = next(case for case in CASES if case[0] == name)
-    if config.startswith("warm:"):
+    from ppm_trl import cli
+
+    _, start, flags = next(case for case in CASES if case[0] == name)
+    if start.startswith("warm:"):
         from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
 
-        env = config.split(":", 1)[1]
+        env = start.split(":", 1)[1]
         argv = ["--model_name_or_path", warm_start(WarmStartSettings(env=env)), "--env_name", env, *WARM, *flags]
     else:
-        argv = ["--config", os.path.join(ROOT, "configs", config), *flags]
-    script_args, training_args, model_args = parse_train_args([*argv, "--output_dir", output_dir])
-    trainer = build_trainer(script_args, training_args, model_args)
-    trainer.train()
-    trainer.save_model(output_dir)
-    history = without_timings(trainer.state.log_history)
+        argv = ["--config", os.path.join(ROOT, "configs", start), *flags]
+    # The command's own trainer, whatever builds it: its log history is read when `Trainer.train` returns.
+    histories, train = [], transformers.Trainer.train
+
+    def recording_train(self, *args, **kwargs):
+        result = train(self, *args, **kwargs)
+        histories.append(self.state.log_history)
+        return result
+
+    transformers.Trainer.train = recording_train
+    cli.main(["train", *argv, "--output_dir", output_dir])
+    history = without_timings(histories[-1])
     return {"weights": sha256_file(os.path.join(output_dir, "model.safetensors")), "log_history": sha256_json(history),
             "final_log": history[-2] if len(history) > 1 else history[-1]}
 

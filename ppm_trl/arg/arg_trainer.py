@@ -8,8 +8,8 @@ base trainer (`ppm_trl.trainers.base`, the seam with TRL). `on_rollout`: verdict
 vLLM colocate or server) → verify → accept (§4.3) → overwrite failed rows in place (vLLM's sampling log-probs for
 continuation tokens, None for the unsampled reference prefix); TRL then recomputes masks, log-probs, rewards and
 advantages. What passes between those stages is named: `ReferenceTokens`, `PlannedContinuation`, `Trajectory`,
-`GeneratedCandidate`, `Replacement` (frozen dataclasses below). Every process's outcomes reach every process (one `gather_object`), so the selector is identical on every
-rank; it is checkpointed. A group's rows live on one process (checked at construction), and every collective is
+`GeneratedCandidate`, `Replacement` (frozen dataclasses below). Every process's outcomes reach every process (one
+`gather_object`), so the selector is identical on every rank; it is checkpointed. A group's rows live on one process (checked at construction), and every collective is
 called the same number of times on every rank, with dummy rows where a rank has less work.
 """
 
@@ -216,7 +216,8 @@ class ARGTrainer(MethodTrainer):
         """All continuations of the step in one generation call (`generate_token_ids`), verified by the reward funcs;
         per group, its candidates in plan order."""
         budget_total, prompt_ids = self.args.max_completion_length, rollout.prompt_ids
-        planned = [PlannedContinuation(index, prefix, self._tokenize_reference(references[index]).ids[: prefix.prefix_len])
+        planned = [PlannedContinuation(index, prefix,
+                                       self._tokenize_reference(references[index]).ids[: prefix.prefix_len])
                    for index, plan in enumerate(plans) for prefix in plan.prefixes]
         results = [[] for _ in groups]
         num_rows = int(self.accelerator.reduce(torch.tensor(len(planned), device=self.accelerator.device), "max"))
@@ -267,7 +268,8 @@ class ARGTrainer(MethodTrainer):
                 reference_fits=len(reference_ids) <= args.max_completion_length,
             )
             outcomes.append(outcome)
-            chosen = [candidates[i].trajectory for i in outcome.accepted] + [Trajectory(reference_ids)] * outcome.fallback
+            chosen = [candidates[i].trajectory for i in outcome.accepted]
+            chosen += [Trajectory(reference_ids)] * outcome.fallback
             positions = choose_replacement_rows(self.num_generations, len(chosen), generator)
             replacements += [Replacement(group.first_row + position, trajectory)
                              for trajectory, position in zip(chosen, positions)]

@@ -43,7 +43,7 @@ class PPMGRPOTrainer(MethodTrainer):
     """GRPO whose advantages are Progressive Point Matching segment advantages (PPM paper §4–5, Alg. 1, App. B).
 
     Args:
-        progress_scorer: a callable `(rows, texts) -> (N, K) progress` (see `ppm_trl.ppm.progress_scorers.ProgressScorer`);
+        progress_scorer: a callable `(rows, texts) -> (N, K) progress` (see `progress_scorers.ProgressScorer`);
             default: built from `args.progress_scorer` (`programmatic` env matchers or the LiteLLM `judge`). With
             `args.overlap_scoring` (default) it is called on the base's worker thread, while TRL computes log-probs;
             a scorer that must run on the training thread (e.g. one that uses the policy's GPU) needs it off.

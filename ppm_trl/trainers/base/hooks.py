@@ -79,7 +79,7 @@ def completion_statistics(lengths: torch.Tensor, truncated: torch.Tensor) -> dic
 
 @dataclass(frozen=True)
 class EarlyRewards:
-    """The final rows' rewards computed before TRL's log-prob passes (`compute_rewards_early`), for TRL's reward pass."""
+    """The final rows' rewards computed before TRL's log-prob passes (`compute_rewards_early`), for its reward pass."""
 
     completion_ids: list[list[int]]  # a copy of the ids rewarded: TRL's must be the same (checked)
     rewards_per_func: torch.Tensor  # (B_global, F)
