@@ -15,7 +15,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
-SCORERS = ("programmatic", "judge")  # PPM's progress_scorer, PAPO's process_scorer
+# The scorers PPM and PAPO both offer (each config accepts its own table's keys: PROGRESS_SCORERS, PROCESS_SCORERS).
+SCORERS = ("programmatic", "judge")
 
 logger = logging.getLogger(__name__)
 

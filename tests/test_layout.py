@@ -255,6 +255,14 @@ def test_a_new_estimator_pair_is_one_table_entry(tmp_path, monkeypatch):
     assert ppm_estimators.ppm_estimator("token", "ppm") is ppm_estimators.ppm_segment_advantages
 
 
+def test_both_scorer_tables_offer_the_same_scorers_and_the_configs_read_them():
+    from ppm_trl.configs import SCORERS
+    from ppm_trl.papo.process_scorers import PROCESS_SCORERS
+    from ppm_trl.ppm.progress_scorers import PROGRESS_SCORERS
+
+    assert tuple(PROGRESS_SCORERS) == tuple(PROCESS_SCORERS) == SCORERS
+
+
 def test_papo_ablations_are_tables_and_the_config_reads_their_keys(tmp_path):
     from ppm_trl.papo.papo_config import PAPOConfig
     from ppm_trl.papo.papo_estimators import COMBINES, PROCESS_NORMS

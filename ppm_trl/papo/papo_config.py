@@ -1,6 +1,7 @@
 """`PAPOConfig`: the `GRPOConfig` of [`PAPOTrainer`], every knob of the PAPO paper a field (also a YAML key and a
 `--flag` of `ppm-trl train`). The ablations' accepted values are the keys of their tables: `process_norm` of
-`papo_estimators.PROCESS_NORMS`, `combine` of `papo_estimators.COMBINES`, `rubric` of the judge's `PAPO_TIERS`.
+`papo_estimators.PROCESS_NORMS`, `combine` of `papo_estimators.COMBINES`, `process_scorer` of
+`process_scorers.PROCESS_SCORERS`, `rubric` of the judge's `PAPO_TIERS`.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..configs import SCORERS, JudgeArguments, WholeGroupBatches, check_choice, refuse_normalize_then_sum
+from ..configs import JudgeArguments, WholeGroupBatches, check_choice, refuse_normalize_then_sum
 from ..judge.prompts import PAPO_TIERS
 from .papo_estimators import COMBINES, PROCESS_NORMS
+from .process_scorers import PROCESS_SCORERS
 
 RUBRICS = tuple(PAPO_TIERS)
 
@@ -57,6 +59,6 @@ class PAPOConfig(JudgeArguments, WholeGroupBatches, GRPOConfig):
         check_choice("process_norm", self.process_norm, PROCESS_NORMS)
         check_choice("combine", self.combine, COMBINES)
         check_choice("rubric", self.rubric, RUBRICS)
-        check_choice("process_scorer", self.process_scorer, SCORERS)
+        check_choice("process_scorer", self.process_scorer, PROCESS_SCORERS)
         refuse_normalize_then_sum(self, "PAPO", "its outcome is the binary 1[weighted outcome ≥ correct_threshold] "
                                    "of the summed rewards, normalised once by A_out")

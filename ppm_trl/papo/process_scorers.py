@@ -42,9 +42,19 @@ class JudgeProcessScorer:
         return scores
 
 
-def build_process_scorer(args, judge=None):
-    """The process scorer a `PAPOConfig` names (`process_scorer`: programmatic | judge); `judge` as in
-    `build_progress_scorer`."""
-    if args.process_scorer == "programmatic":
-        return ProgrammaticProcessScorer()
+def _programmatic_process_scorer(args, judge=None) -> ProgrammaticProcessScorer:
+    return ProgrammaticProcessScorer()
+
+
+def _judge_process_scorer(args, judge=None) -> JudgeProcessScorer:
     return JudgeProcessScorer(build_judge(args) if judge is None else judge, rubric=args.rubric)
+
+
+# `PAPOConfig.process_scorer` → (config, judge or None) → scorer; the config accepts exactly these keys.
+PROCESS_SCORERS = {"programmatic": _programmatic_process_scorer, "judge": _judge_process_scorer}
+
+
+def build_process_scorer(args, judge=None):
+    """The process scorer a `PAPOConfig` names (`process_scorer`: a key of `PROCESS_SCORERS`); `judge` as in
+    `build_progress_scorer`."""
+    return PROCESS_SCORERS[args.process_scorer](args, judge)

@@ -1,6 +1,7 @@
 """`PPMConfig`: the `GRPOConfig` of [`PPMGRPOTrainer`], every knob of the PPM paper a field (also a YAML key and a
 `--flag` of `ppm-trl train`). The variants' accepted values are the keys of their tables: `segmentation` of
-`segmentation.SEGMENTATIONS`, `granularity` × `progress_mode` of `ppm_estimators.PPM_ESTIMATORS`.
+`segmentation.SEGMENTATIONS`, `granularity` × `progress_mode` of `ppm_estimators.PPM_ESTIMATORS`, `progress_scorer`
+of `progress_scorers.PROGRESS_SCORERS`.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..configs import SCORERS, JudgeArguments, WholeGroupBatches, check_choice, refuse_normalize_then_sum
+from ..configs import JudgeArguments, WholeGroupBatches, check_choice, refuse_normalize_then_sum
 from .ppm_estimators import accepted_granularities, accepted_progress_modes, ppm_estimator
+from .progress_scorers import PROGRESS_SCORERS
 from .segmentation import SEGMENTATIONS, SegmentationSettings
 
 
@@ -98,7 +100,7 @@ class PPMConfig(JudgeArguments, WholeGroupBatches, GRPOConfig):
         SEGMENTATIONS[self.segmentation].check(SegmentationSettings.of(self))  # e.g. a bad regex fails here
         check_choice("granularity", self.granularity, accepted_granularities())
         check_choice("progress_mode", self.progress_mode, accepted_progress_modes())
-        check_choice("progress_scorer", self.progress_scorer, SCORERS)
+        check_choice("progress_scorer", self.progress_scorer, PROGRESS_SCORERS)
         if self.progress_mode != "ppm" and self.shortcutting:
             # The baselines are defined without shortcutting (paper App. B.1).
             self.shortcutting = False

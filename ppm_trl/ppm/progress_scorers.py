@@ -117,12 +117,22 @@ class JudgeProcessRewardScorer:
         return values
 
 
-def build_progress_scorer(args, judge=None) -> ProgressScorer:
-    """The progress scorer a `PPMConfig` names (`progress_scorer`: programmatic | judge); `judge`: the judge to ask
-    (default: the LiteLLM judge of `args`; `ppm-trl estimate` passes one that records the requests)."""
-    if args.progress_scorer == "programmatic":
-        return ProgressScorer(ProgrammaticPointMatcher(), mode=args.progress_mode, shortcutting=args.shortcutting)
+def _programmatic_progress_scorer(args, judge=None) -> ProgressScorer:
+    return ProgressScorer(ProgrammaticPointMatcher(), mode=args.progress_mode, shortcutting=args.shortcutting)
+
+
+def _judge_progress_scorer(args, judge=None):
     judge = build_judge(args) if judge is None else judge
     if args.progress_mode == "process_reward":
         return JudgeProcessRewardScorer(judge)
     return ProgressScorer(JudgePointMatcher(judge), mode=args.progress_mode, shortcutting=args.shortcutting)
+
+
+# `PPMConfig.progress_scorer` → (config, judge or None) → scorer; the config accepts exactly these keys.
+PROGRESS_SCORERS = {"programmatic": _programmatic_progress_scorer, "judge": _judge_progress_scorer}
+
+
+def build_progress_scorer(args, judge=None):
+    """The progress scorer a `PPMConfig` names (`progress_scorer`: a key of `PROGRESS_SCORERS`); `judge`: the judge
+    to ask (default: the LiteLLM judge of `args`; `ppm-trl estimate` passes one that records the requests)."""
+    return PROGRESS_SCORERS[args.progress_scorer](args, judge)
