@@ -4,6 +4,9 @@ the same logged numbers.
     OMP_NUM_THREADS=1 python benchmarks/identity_check.py --json before.json          # on the tree before the change
     OMP_NUM_THREADS=1 python benchmarks/identity_check.py --json after.json --compare before.json
 
+`benchmarks/results/identity_check_before_issue31.json` is the record of the tree before issue 31's restructure
+(`--demo` included), on this repository's locked versions (constraints/tested.txt) and CPU.
+
 Each case is one `ppm-trl train` run (2 optimizer steps, seed 0, CPU, one thread, its own process) through the
 public CLI (`ppm_trl.cli.main`), so the flags and YAML keys are exercised as a user gives them; the record is the sha256 of the saved
 `model.safetensors` and of the run's `log_history` without its wall-clock entries (runtime, samples per second,
