@@ -1,7 +1,7 @@
 """What a finished run says about itself, the same from Python and from `ppm-trl train`: the summary (steps, loss,
 output dir, step times, the mean of the method's metrics) and whether anything was learned.
 
-`MethodTrainer` prints both when `train` ends (`RunReport`, `ppm_trl/trainers/base.py`); `ppm-trl train` and the
+`MethodTrainer` prints both when `train` ends (`RunReport`, `ppm_trl/trainers/base/method_trainer.py`); `ppm-trl train` and the
 example scripts print them under their own prefix, with the `ppm-trl eval` command to run next. Nothing here imports
 TRL (the CLI imports this module for `--help`).
 """
@@ -12,11 +12,15 @@ import os
 
 
 def method_metrics_mean(history: list[dict]) -> dict[str, float]:
-    """Mean over the logged steps of every ppm/, papo/, arg/, judge/ and reward metric (what a user checks first)."""
+    """Mean over the logged steps of every method's metrics (`<method>/...` for each registered method: ppm/, papo/,
+    arg/, ...), the judge's and the rewards' (what a user checks first)."""
+    from .methods import METHODS
+
+    prefixes = (*(f"{name}/" for name in METHODS if "+" not in name), "judge/", "reward")
     values: dict[str, list[float]] = {}
     for entry in history:
         for key, value in entry.items():
-            if key.startswith(("ppm/", "papo/", "arg/", "judge/", "reward")) and isinstance(value, (int, float)):
+            if key.startswith(prefixes) and isinstance(value, (int, float)):
                 values.setdefault(key, []).append(float(value))
     return {key: sum(v) / len(v) for key, v in sorted(values.items())}
 

@@ -1,4 +1,5 @@
-"""ARG's pure core (ppm_trl/guidance.py) against hand-computed values and the paper's equations (§3–4, App. B, E.2)."""
+"""ARG's pure core (ppm_trl/arg/: surprisal, prefixes, selector, acceptance) against hand-computed values and the
+paper's equations (§3–4, App. B, E.2)."""
 
 from __future__ import annotations
 

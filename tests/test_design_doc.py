@@ -9,7 +9,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = (REPO / "docs" / "design.md").read_text()
-EXAMPLE_FILES = {"ppm_trl/trainers/sign.py"}  # the "Adding a method" example: a file the reader would write
+# "Adding a method": the files a reader would write
+EXAMPLE_FILES = {"ppm_trl/sign/sign_trainer.py", "ppm_trl/sign/__init__.py", "ppm_trl/sign/sign_config.py"}
 
 
 def _exists(reference: str) -> bool:

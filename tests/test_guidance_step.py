@@ -1,20 +1,15 @@
-"""One step of Algorithm 1 as data (ppm_trl/guidance.py), without TRL: the mode dispatch, the failure scan, group
-plans, acceptance with the reference fallback, the selector's feedback batch and the logged metrics, by hand."""
+"""One step of Algorithm 1 as data (ppm_trl/arg/guidance_step.py), without TRL: the mode dispatch, the failure
+scan, group plans, acceptance with the reference fallback, the selector's feedback batch and the logged metrics, by hand."""
 
 from __future__ import annotations
 
 import math
-import pathlib
 import pickle
 import random
-import subprocess
-import sys
-from collections import Counter
 
 import pytest
 import torch
 
-import ppm_trl
 from ppm_trl.configs import ARG_MODES
 from ppm_trl.guidance import (
     EMPTY_PREFIX,
@@ -249,36 +244,3 @@ def test_guidance_metrics_without_failures_or_with_resampling_levels():
     assert metrics["arg/acceptance_rate/alpha_1"] == 0.5 and metrics["arg/rescue_rate"] == 1.0
     assert sorted(name for name in metrics if "selector_prob" in name) == [  # the selector's own levels only
         "arg/selector_prob/alpha_0.25", "arg/selector_prob/alpha_0.5"]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Module layout: one file name per module, the Public API path kept
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def test_no_two_modules_share_a_file_name():
-    package = pathlib.Path(ppm_trl.__file__).parent
-    names = Counter(path.name for path in package.rglob("*.py") if path.name not in ("__init__.py", "base.py"))
-    assert [name for name, count in names.items() if count > 1] == []
-
-
-def test_ppm_trl_arg_is_the_guidance_module_and_import_stays_light():
-    """DESIGN.md's Public API imports from `ppm_trl.arg`: the same module object as `ppm_trl.guidance` (one
-    `PrefixSelector` class), imported on first use, in a fresh interpreter; the pure core imports no TRL."""
-    root = str(pathlib.Path(ppm_trl.__file__).parents[1])
-    script = (
-        "import sys, ppm_trl\n"
-        "assert 'torch' not in sys.modules, 'import ppm_trl imported torch'\n"
-        "from ppm_trl.arg import PrefixSelector, accept_candidates, surprisal_prefix_length\n"
-        "import ppm_trl.arg, ppm_trl.guidance\n"
-        "from ppm_trl import arg\n"
-        "assert ppm_trl.arg is ppm_trl.guidance is arg is sys.modules['ppm_trl.arg']\n"
-        "assert PrefixSelector is ppm_trl.PrefixSelector and PrefixSelector.__module__ == 'ppm_trl.guidance'\n"
-        "assert ppm_trl.guidance.__spec__.name == 'ppm_trl.guidance'\n"
-        "assert surprisal_prefix_length([-1.0, -1.0], 0.5) == 1 and accept_candidates([]) == []\n"
-        "assert not any(m == 'trl' or m.startswith(('trl.', 'transformers')) for m in sys.modules), 'TRL imported'\n"
-        "print('ok')\n"
-    )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            cwd=root, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"})
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

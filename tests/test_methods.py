@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -51,29 +51,47 @@ def test_unknown_and_duplicate_methods_are_errors():
     assert get_method("arg").extra_rewards == ("format",)
 
 
+def test_each_method_is_registered_by_its_own_folder():
+    """ppm_trl's method folders, found by their `<name>_trainer.py`, in the listed order; each registers the config
+    and trainer of its own folder."""
+    assert methods.method_folders() == ["ppm", "papo", "arg"]
+    for name in methods.method_folders():
+        assert METHODS[name].trainer.startswith(f"ppm_trl.{name}.{name}_trainer:")
+        assert METHODS[name].config.startswith(f"ppm_trl.{name}.{name}_config:")
+    assert list(METHODS)[:4] == ["grpo", "ppm", "papo", "arg"]
+
+
 # ------------------------------------------------------------------ one registration reaches every reader
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _design_example() -> tuple[str, str]:
-    """The trainer file and the registration of docs/design.md's "Adding a method", as written there."""
+    """The trainer file and the `__init__.py` of docs/design.md's "Adding a method", as written there."""
     section = (REPO / "docs" / "design.md").read_text().split("## Adding a method", 1)[1].split("\n## ", 1)[0]
     trainer_file, registration = re.findall(r"```python\n(.*?)```", section, re.S)
     return trainer_file, registration
 
 
 @pytest.fixture
-def sign_method(monkeypatch):
-    """The docs' example method, registered the way the docs say (its trainer file as `ppm_trl.trainers.sign`)."""
+def sign_method(monkeypatch, tmp_path):
+    """The docs' example method added the way the docs say: one new folder `sign/` beside ppm_trl's method folders
+    (here on `ppm_trl.__path__`, so that the checkout itself is not written), its two files as the page shows them,
+    found by the registry's own folder discovery. Nothing else is touched."""
     trainer_file, registration = _design_example()
-    module = types.ModuleType("ppm_trl.trainers.sign")
-    exec(compile(trainer_file, "ppm_trl/trainers/sign.py", "exec"), module.__dict__)
-    monkeypatch.setitem(sys.modules, "ppm_trl.trainers.sign", module)
-    exec(registration, vars(methods))  # as if written at the end of ppm_trl/methods.py
+    folder = tmp_path / "methods" / "sign"
+    folder.mkdir(parents=True)
+    (folder / "sign_trainer.py").write_text(trainer_file)
+    (folder / "__init__.py").write_text(registration)
+    monkeypatch.setattr(ppm_trl, "__path__", [*ppm_trl.__path__, str(folder.parent)])
+    importlib.invalidate_caches()
     try:
+        assert "sign" in methods.method_folders()
+        methods.load_method_folders()
         yield METHODS["sign"]
     finally:
         METHODS.pop("sign", None)
+        for name in ("ppm_trl.sign.sign_trainer", "ppm_trl.sign"):
+            sys.modules.pop(name, None)
 
 
 def _write_rows(path, rows):

@@ -89,8 +89,10 @@ def test_the_advantage_hook_gets_one_batch_and_nothing_stays_on_the_trainer(tmp_
         expected = weighted_outcome(batch.rewards_per_func, trainer.outcome_reward_weights)
         assert torch.equal(batch.outcome.nan_to_num(-7.0), expected.nan_to_num(-7.0))
         assert batch.pending is pending  # what on_final_rollout returned, handed over as is
-        if overlap:
-            assert isinstance(pending, tuple) and isinstance(pending[-1], (Future, list))
+        if overlap:  # a frozen dataclass of the method's, its pending work by name
+            assert dataclasses.is_dataclass(pending) and type(pending).__dataclass_params__.frozen
+            work = pending.progress if method == "ppm" else pending.scores
+            assert isinstance(work, (Future, list))
         else:
             assert pending is None
         with pytest.raises(dataclasses.FrozenInstanceError):
@@ -145,9 +147,9 @@ def _reference_dataset(with_answer=True):
 def test_a_composed_trainer_checks_its_rewards_and_resolves_its_model_once(tmp_path, monkeypatch, trainer_class,
                                                                            config_class, label):
     looked_up, resolved = [], []
-    lookup, resolve = ppm_trl.methods.reward_of_function, ppm_trl.trainers.base.resolve_model_path
+    lookup, resolve = ppm_trl.methods.reward_of_function, ppm_trl.trainers.base.method_trainer.resolve_model_path
     monkeypatch.setattr(ppm_trl.methods, "reward_of_function", lambda f: looked_up.append(f) or lookup(f))
-    monkeypatch.setattr(ppm_trl.trainers.base, "resolve_model_path",
+    monkeypatch.setattr(ppm_trl.trainers.base.method_trainer, "resolve_model_path",
                         lambda model, args: resolved.append(model) or resolve(model, args))
     scorer = "progress_scorer" if trainer_class is PPMARGTrainer else "process_scorer"
     extra = {scorer: "judge", "judge_model": "openai/never-called", "judge_probe": False}

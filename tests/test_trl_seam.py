@@ -1,5 +1,5 @@
-"""The contract with TRL: every private TRL member `ppm_trl/trainers/base.py` uses exists with the parameters it
-passes, the rollout tuple has the order `Rollout` names, no other code uses TRL internals (private members or
+"""The contract with TRL: every private TRL member the seam (the package `ppm_trl/trainers/base/`) uses exists with
+the parameters it passes, the rollout tuple has the order `Rollout` names, no other code uses TRL internals (private members or
 parameters, unexported submodule names, undocumented trainer state, writes into TRL's objects: AST rules, each
 shown to catch planted violations), and an unsupported TRL is refused at import."""
 
@@ -24,7 +24,9 @@ from trl import GRPOConfig, GRPOTrainer
 from ppm_trl.tiny import build_tiny_model_and_tokenizer
 from ppm_trl.trainers import base
 
-PACKAGE = Path(base.__file__).resolve().parents[1]
+SEAM = Path(base.__file__).resolve().parent  # the seam is a package: every file in it may use TRL's internals
+SEAM_FILES = sorted(SEAM.glob("*.py"))
+PACKAGE = SEAM.parents[1]
 SUPPORTED = (f"ppm_trl's base trainer supports trl{base.TRL_SUPPORTED}; installed: trl {trl.__version__}, "
              f"transformers {transformers.__version__}")
 # TRL's documented class attributes for a subclass's model card (every TRL trainer sets them): not internals.
@@ -93,7 +95,7 @@ def test_log_prob_passes_run_between_generation_and_rewards():
 
 
 # ---------------------------------------------------------------------------------------------- the seam, closed
-# Outside ppm_trl/trainers/base.py no project code depends on TRL / transformers internals. The rules are AST checks
+# Outside the seam (ppm_trl/trainers/base/) no project code depends on TRL / transformers internals. The rules are AST checks
 # (`SeamScan`), each shown to fire on planted violations below, then run on every project file:
 #   import     `from trl.<sub> import X`, `from trl import X`, `import trl.<sub>`, `trl.<sub>.…`: X must be a name
 #              `trl` exports (`trl.__all__`, submodules excluded);
@@ -107,7 +109,6 @@ def test_log_prob_passes_run_between_generation_and_rewards():
 PROJECT = PACKAGE.parent
 # The library and what users copy; tests/ and benchmarks/ instrument TRL on purpose (they script and time it).
 SCANNED = [PACKAGE, PROJECT / "examples", PROJECT / "scripts"]
-BASE = Path(base.__file__).resolve()
 TRAINER_ROOTS = {"Trainer", "GRPOTrainer", "MethodTrainer"}
 # TODO(ARG split, issue 25): trainers/arg.py is being split by another change; it must switch `self.eos_token_ids` to
 # `self.eos_ids` and `self.mask_truncated_completions` to `self.masks_truncated_completions`. Each entry must still
@@ -154,7 +155,7 @@ class Seam:
 
 
 class SeamScan(ast.NodeVisitor):
-    """One module: every use of TRL that only base.py may make, as (line, rule, code)."""
+    """One module: every use of TRL that only the seam may make, as (line, rule, code)."""
 
     def __init__(self, seam: Seam, trainers: set[str]):
         self.seam, self.trainers = seam, trainers
@@ -317,14 +318,16 @@ def documented_state() -> set[str]:
 
 def trl_state(trainer) -> set[str]:
     """Every attribute TRL / transformers set on a trainer: a built one's, and every `self.X = ` of their classes
-    (the attributes set only in some configurations, e.g. `vllm_generation`), less the base's own accessors."""
+    (the attributes set only in some configurations, e.g. `vllm_generation`), less the seam's own attributes (those
+    of `MethodTrainer` and of the parts it is made of)."""
     names = set(vars(trainer))
     for cls in GRPOTrainer.__mro__:
         if cls.__module__.split(".")[0] in ("trl", "transformers"):
             for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(cls)))):
                 if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _is_name(node.value, "self"):
                     names.add(node.attr)
-    return names - set(vars(base.MethodTrainer))
+    own = {name for cls in base.MethodTrainer.__mro__ if cls.__module__.startswith(base.__name__) for name in vars(cls)}
+    return names - own
 
 
 @pytest.fixture(scope="module")
@@ -413,11 +416,12 @@ def test_seam_rules_allow_documented_use(seam, source):
 
 
 def test_project_code_uses_trl_only_through_the_base(seam):
-    """No module but ppm_trl/trainers/base.py (nor examples/, scripts/) breaks a rule above."""
+    """No module outside the seam's package (nor examples/, scripts/) breaks a rule above."""
     files = [path for folder in SCANNED if folder.is_dir() for path in sorted(folder.rglob("*.py"))
-             if path.resolve() != BASE]
+             if path.resolve().parent != SEAM]
     trees = {path: ast.parse(path.read_text(), str(path)) for path in files}
-    trainers = trainer_classes([*trees.values(), ast.parse(BASE.read_text())])  # base.py's mixins count too
+    seam_trees = [ast.parse(path.read_text()) for path in SEAM_FILES]
+    trainers = trainer_classes([*trees.values(), *seam_trees])  # the seam's parts (mixins) count too
     assert {"PPMGRPOTrainer", "PAPOTrainer", "ARGTrainer", "PPMARGTrainer"} <= trainers
     offenders, pending_seen = [], set()
     for path, tree in trees.items():
@@ -429,7 +433,7 @@ def test_project_code_uses_trl_only_through_the_base(seam):
                 pending_seen.add((name, rule, code))
             else:
                 offenders.append(f"{name}:{line}: [{rule}] {code}")
-    assert not offenders, ("TRL internals used outside ppm_trl/trainers/base.py (add a MethodTrainer accessor and use "
+    assert not offenders, ("TRL internals used outside ppm_trl/trainers/base/ (add a MethodTrainer accessor and use "
                            "it):\n" + "\n".join(offenders))
     assert not PENDING - pending_seen, f"stale PENDING entries (remove them): {sorted(PENDING - pending_seen)}"
 
@@ -446,11 +450,12 @@ def test_the_documented_state_is_trl_state_and_the_base_covers_it(seam, plain_tr
 
 
 def test_the_base_imports_from_trl_submodules_only_what_it_declares():
-    """base.py's own imports of names `trl` does not export are `TRL_SUBMODULE_IMPORTS`, and each still exists."""
+    """The seam's own imports of names `trl` does not export are `TRL_SUBMODULE_IMPORTS`, and each still exists."""
     imported = {}
-    for node in ast.walk(ast.parse(BASE.read_text())):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trl."):
-            imported.setdefault(node.module, set()).update(alias.name for alias in node.names)
+    for path in SEAM_FILES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trl."):
+                imported.setdefault(node.module, set()).update(alias.name for alias in node.names)
     declared = {module: set(names) for module, names in base.TRL_SUBMODULE_IMPORTS.items()}
     assert imported == declared
     for module, names in declared.items():

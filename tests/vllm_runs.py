@@ -225,9 +225,9 @@ def _spy(trainer, record):
                 if list(ids) != before[row]:
                     index = next(i for i, g in enumerate(groups)
                                  if g.first_row <= row < g.first_row + trainer.num_generations)
-                    # continuations[index][i] = (VerifiedContinuation, (completion ids, text, sampling log-probs))
-                    accepted = [continuations[index][i][0] for i in outcomes[index].accepted
-                                if list(continuations[index][i][1][0]) == list(ids)]
+                    # continuations[index][i]: a GeneratedCandidate (verified continuation, trajectory)
+                    accepted = [continuations[index][i].verified for i in outcomes[index].accepted
+                                if list(continuations[index][i].trajectory.completion_ids) == list(ids)]
                     record["inserted"].append({
                         "row": row, "ids": list(ids),
                         "logprobs": None if rollout.logprobs is None else rollout.logprobs[row],

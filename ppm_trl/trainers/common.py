@@ -1,6 +1,6 @@
 """Small pieces the trainers share: dataset checks, model resolution, the outcome reward, judge stats.
 
-Nothing here touches TRL's private members (that is `base.py`'s job alone)."""
+Nothing here touches TRL's private members (that is the seam's job alone, `trainers/base/`)."""
 
 from __future__ import annotations
 

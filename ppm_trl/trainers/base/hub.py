@@ -1,0 +1,81 @@
+"""Hub uploads without the run's private files.
+
+`push_to_hub`, and the pushes during training with `push_to_hub=True`, leave out the files a run keeps for itself in
+`output_dir` (`run_private_patterns`: the judge cache with its answers and `api_base`, `quarantine.jsonl` with
+dataset text, the untrained tiny model): Trainer uploads `output_dir` with a fixed `ignore_patterns` and no argument
+to extend it, so during a push the `hf_api()` it calls (`HUB_API`) gives an `upload_folder` that adds them.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from ...judge.quarantine import QUARANTINE_FILE
+
+# Where Trainer's pushes get their HfApi: (module, function). Replaced only for the duration of a push
+# (`uploads_ignoring`); tests/test_hub_upload.py checks the files an upload takes end to end.
+HUB_API = ("transformers.trainer", "hf_api")
+# Files a run writes into output_dir for itself, as huggingface_hub `ignore_patterns` relative to output_dir (a trailing
+# "/" covers a folder's files): never part of a Hub upload. The judge cache's configured place is added per run.
+RUN_PRIVATE_FILES = (
+    "judge_cache/",  # the default judge_cache_dir: every judge answer, and the api_base it came from
+    QUARANTINE_FILE,  # dataset text of the rows the judge could not score
+    "initial_tiny_model*/",  # `model="tiny"`: the untrained starting weights, not the trained model
+)
+# The judge cache's own layout (ppm_trl/judge/cache.py, claims.py), for a judge_cache_dir that is output_dir itself.
+_JUDGE_CACHE_LAYOUT = ("[0-9a-f][0-9a-f]/", "claims/")
+
+
+def run_private_patterns(args) -> list[str]:
+    """`RUN_PRIVATE_FILES`, plus a `judge_cache_dir` configured inside `args.output_dir` (relative to it)."""
+    patterns = list(RUN_PRIVATE_FILES)
+    cache = getattr(args, "judge_cache_dir", None)
+    if cache and str(cache).lower() != "none":
+        relative = os.path.relpath(os.path.abspath(cache), os.path.abspath(args.output_dir))
+        if relative == ".":
+            patterns.extend(_JUDGE_CACHE_LAYOUT)
+        elif not relative.startswith(os.pardir):  # outside output_dir it is never uploaded
+            patterns.append(Path(relative).as_posix() + "/")
+    return patterns
+
+
+@contextmanager
+def uploads_ignoring(patterns: list[str]):
+    """While in the block, the Hub uploads Trainer makes also skip `patterns` (huggingface_hub's `ignore_patterns`
+    of `upload_folder`). Trainer passes a fixed list and offers no way to extend it; its `hf_api()` is swapped for
+    the block only, and every other call goes to the shared HfApi unchanged."""
+    import importlib
+
+    module = importlib.import_module(HUB_API[0])
+    shared = getattr(module, HUB_API[1])
+
+    class Uploader:
+        def __getattr__(self, name):
+            return getattr(shared(), name)
+
+        def upload_folder(self, **kwargs):
+            ignored = kwargs.get("ignore_patterns") or []
+            ignored = [ignored] if isinstance(ignored, str) else list(ignored)
+            return shared().upload_folder(**{**kwargs, "ignore_patterns": [*ignored, *patterns]})
+
+    uploader = Uploader()
+    setattr(module, HUB_API[1], lambda: uploader)
+    try:
+        yield
+    finally:
+        setattr(module, HUB_API[1], shared)
+
+
+class HubUploads:
+    """The trainer's pushes, each leaving the run's private files out (mixed into `MethodTrainer`)."""
+
+    def push_to_hub(self, *args, **kwargs):
+        """Trainer's `push_to_hub`, leaving the run's private files out of the upload (`run_private_patterns`)."""
+        with uploads_ignoring(run_private_patterns(self.args)):
+            return super().push_to_hub(*args, **kwargs)
+
+    def _push_from_checkpoint(self, checkpoint_folder):
+        with uploads_ignoring(run_private_patterns(self.args)):  # it uploads output_dir too
+            return super()._push_from_checkpoint(checkpoint_folder)
