@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import random
 from collections.abc import Callable
@@ -57,13 +56,13 @@ from ppm_trl.judge.redaction import (  # noqa: F401  (api_base_credentials, prin
     shown_error,
 )
 from ppm_trl.judge.sending import RequestEngine
+from ppm_trl.judge.settings import check_judge_settings
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import JudgeFailure, JudgeTasks
 from ppm_trl.judge.transport import (
     DEFAULT_MAX_RESPONSE_BYTES,
     TRANSPORT_ARGUMENTS,
     TRANSPORTS,
-    check_max_response_bytes,
     import_litellm,
 )
 
@@ -136,21 +135,11 @@ class LiteLLMJudge(RequestEngine, JudgeTasks):
         echo_nonce: bool = False,
         **litellm_kwargs: Any,
     ):
-        if not isinstance(model, str) or not model.strip():
-            raise ValueError(f"model must be a LiteLLM model string such as 'openai/gpt-4o-mini', got {model!r}")
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
-        if not timeout or timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
-        if isinstance(num_retries, bool) or not isinstance(num_retries, int) or num_retries < 0:
-            raise ValueError(f"num_retries must be an integer >= 0, got {num_retries!r}")
-        for name, value in (("max_rpm", max_rpm), ("max_tpm", max_tpm), ("max_cost_usd", max_cost_usd),
-                            ("max_total_tokens", max_total_tokens)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
-                                      not value > 0 or not math.isfinite(value)):
-                raise ValueError(f"{name} must be a number > 0 (or None: unlimited), got {value!r}")
-        if not (isinstance(burst_seconds, (int, float)) and burst_seconds > 0):
-            raise ValueError(f"burst_seconds must be > 0, got {burst_seconds!r}")
+        check_judge_settings(dict(model=model, api_base=api_base, max_concurrency=max_concurrency, timeout=timeout,
+                                  num_retries=num_retries, temperature=temperature, transport=transport,
+                                  api_key_env=api_key_env, max_rpm=max_rpm, max_tpm=max_tpm, burst_seconds=burst_seconds,
+                                  max_cost_usd=max_cost_usd, max_total_tokens=max_total_tokens,
+                                  max_response_bytes=max_response_bytes, echo_nonce=echo_nonce))
         if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int) or processes < 1):
             raise ValueError(f"processes must be an integer >= 1 (or None: WORLD_SIZE), got {processes!r}")
         if backoff_base < 0 or backoff_max < 0:
@@ -161,18 +150,8 @@ class LiteLLMJudge(RequestEngine, JudgeTasks):
                 f"credential argument(s) {refused} refused: API keys come from the environment only. Set the "
                 "provider's variable (OPENAI_API_KEY, GEMINI_API_KEY, ...) or name one with api_key_env='MY_KEY'."
             )
-        if api_base is not None and not isinstance(api_base, str):
-            raise ValueError(f"api_base must be a URL string such as 'http://127.0.0.1:8000/v1', got {api_base!r}")
-        credentials = None if api_base is None else api_base_credentials(api_base)
-        if credentials is not None:  # the URL is not shown: it holds the secret
-            raise ValueError(
-                f"api_base carries credentials ({credentials}) and is refused: it would be written into every judge "
-                "cache entry, config(), logs and errors. Give the URL without them and put the key in the environment "
-                "(the provider's variable, e.g. OPENAI_API_KEY, or one named by api_key_env).")
         if api_key_env is not None and not os.environ.get(api_key_env):
             raise ValueError(f"api_key_env={api_key_env!r} names an environment variable that is not set")
-        if transport not in TRANSPORTS:
-            raise ValueError(f"unknown transport {transport!r}; accepted: {sorted(TRANSPORTS)}")
         for name in ("model", "messages", "temperature", "stream", "n"):
             if name in litellm_kwargs:
                 raise ValueError(f"litellm argument {name!r} is set by the judge itself; pass it as a judge argument")
@@ -191,9 +170,7 @@ class LiteLLMJudge(RequestEngine, JudgeTasks):
         self.max_rpm, self.max_tpm, self.burst_seconds = max_rpm, max_tpm, float(burst_seconds)
         self.processes = processes
         self.max_cost_usd, self.max_total_tokens = max_cost_usd, max_total_tokens
-        self.max_response_bytes = check_max_response_bytes(max_response_bytes)
-        if not isinstance(echo_nonce, bool):
-            raise ValueError(f"echo_nonce must be True or False, got {echo_nonce!r}")
+        self.max_response_bytes = max_response_bytes
         self.echo_nonce = echo_nonce
         self.litellm_kwargs = dict(litellm_kwargs)
         self._init_runtime()
