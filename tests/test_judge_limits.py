@@ -190,4 +190,4 @@ def test_max_response_bytes_is_a_judge_setting():
 
     parsed = add_prepare_arguments(argparse.ArgumentParser()).parse_args(
         ["--dataset", "d", "--reference-column", "r", "--judge-model", "m", "--out", "o", "--max-response-bytes", "2048"])
-    assert parsed.max_response_bytes == 2048
+    assert parsed.judge_max_response_bytes == 2048  # the field's flag, in prepare's older spelling
