@@ -370,6 +370,8 @@ def log_last_step_callback():
                 control.should_log = True
             return control
 
+    return LogLastStep()
+
 
 def train_fields(argv: list[str] | None = None) -> set[str]:
     """The names `ppm-trl train` takes as `--flags`: its script arguments, TRL's ModelConfig and the method's config

@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ppm_trl.flags import UsageError
 from ppm_trl.judge import projection
 from ppm_trl.judge.limits import prompt_tokens_estimate
 from ppm_trl.judge.stats import JudgeStats
@@ -122,8 +123,6 @@ def calibrate(judge, samples: list[Sample], count: int) -> Calibration:
     stats = judge.stats.snapshot()
     answered = int(stats["calls"] - stats["failures"])
     if answered == 0:
-        from ppm_trl.flags import UsageError
-
         raise UsageError(f"--calibrate: the judge answered none of the {len(chosen)} requests"
                          + (f" ({judge.last_failure})" if judge.last_failure else ""))
     replies_with_usage = answered + stats["unparseable"] - stats["usage_unknown"]
