@@ -100,7 +100,7 @@ JUDGE_HELP = {
 def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     data = parser.add_argument_group("data")
     data.add_argument("--dataset", required=True,
-                      help="Hub dataset id, a directory written by save_to_disk, or a .json/.jsonl/.parquet/.csv file.")
+                      help="Hub dataset id, a directory written by save_to_disk, or a .json/.jsonl/.parquet/.csv/.arrow file.")
     data.add_argument("--split", default="train", help="Split to prepare (Hub datasets and DatasetDicts).")
     data.add_argument("--config-name", default=None, help="Hub dataset configuration name.")
     data.add_argument("--reference-column", required=True, help="Column with the reference solution text.")
