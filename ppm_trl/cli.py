@@ -1,5 +1,5 @@
 """`ppm-trl train | eval | prepare | estimate`: the entry point. Each subcommand is a module of its own —
-`train.py`, `evaluate.py`, `prepare.py`, `estimate/` — over the shared `flags.py` (YAML, flags, `UsageError`) and
+`train.py`, `evaluate.py`, `prepare/`, `estimate/` — over the shared `flags.py` (YAML, flags, `UsageError`) and
 `data.py` (loading and checking the data); this module only dispatches and turns errors into one line and an exit
 status. The names below stay importable from here (`ppm_trl.cli.TrainScriptArguments`, `parse_train_args`, ...).
 """

@@ -1,7 +1,7 @@
 """What a command reads from the user and how it says what is wrong: the YAML config, the flags (with a
 did-you-mean for a typo, before anything else is checked), and `UsageError` — one line on stderr, exit status 2.
 
-Shared by every subcommand (`train.py`, `evaluate.py`, `prepare.py`, `estimate/`); it imports none of them.
+Shared by every subcommand (`train.py`, `evaluate.py`, `prepare/`, `estimate/`); it imports none of them.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     ppm-trl estimate --config run.yaml [every flag of `ppm-trl train`] [--assume_... X] [--calibrate N] [--json F]
     ppm-trl estimate prepare --dataset my.jsonl --reference-column solution --judge-model M --out data/ [...]
 
-Training: the YAML and flags are `train`'s, read by `train`'s own parser (`cli.parse_train_args`), and the data goes
+Training: the YAML and flags are `train`'s, read by `train`'s own parser (`train.parse_train_args`), and the data goes
 through `train`'s column mapping and checks. For a sample of rows (`--sample_rows`) a stand-in rollout is built —
 the row's reference solution (else its reasoning points) repeated to `--assume_completion_tokens` policy tokens —
 cut where the run's segmentation cuts it, and handed to the run's own scorer (`scorers.build_progress_scorer` /
@@ -16,8 +16,10 @@ Judge tokens are counted with LiteLLM's `token_counter` (or ~4 characters a toke
 judge's answers are `--assume_judge_completion_tokens` long and take `--assume_latency_s`. `--calibrate N` sends N
 of the recorded requests through the run's judge client (its transport, retries and rate limits; no cache) and
 uses the measured prompt tokens (as a ratio to the local count), answer tokens and median latency instead. The
-arithmetic — batches, steps, rate-limit bounds, cost — is `judge/projection.py`. The pieces: `options.py` (the estimate's flags), `training.py` and `prepare.py` (the two
-estimates), `measure.py` (recording, counting, pricing, calibrating requests), `report.py` (the table and JSON).
+arithmetic — batches, steps, rate-limit bounds, cost — is `judge/projection.py`.
+
+The pieces: `options.py` (the estimate's flags), `training.py` and `prepare.py` (the two estimates), `measure.py`
+(recording, counting, pricing and calibrating requests), `report.py` (the table and the JSON file).
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def main(argv: list[str]) -> None:
     """`ppm-trl estimate [train flags]` or `ppm-trl estimate prepare [prepare flags]`, each with the estimate's."""
     argv = list(argv)
     if argv and argv[0] == "prepare":
-        report(*estimate_prepare(argv[1:]))
+        report(*estimate_prepare(argv[1:], __doc__))
         return
     if argv and argv[0] == "train":
         argv = argv[1:]

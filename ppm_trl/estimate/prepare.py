@@ -36,12 +36,13 @@ def finished_rows(path: str) -> set[int]:
     return done
 
 
-def estimate_prepare(argv: list[str]) -> tuple[Estimate, projection.JudgeLimits, str | None]:
+def estimate_prepare(argv: list[str],
+                     description: str | None = None) -> tuple[Estimate, projection.JudgeLimits, str | None]:
     from ppm_trl import prepare as prep
     from ppm_trl.columns import is_solution_column
     from ppm_trl.judge import build_judge
 
-    parser = add_estimate_arguments(prep.prepare_parser("ppm-trl estimate prepare"), training=False)
+    parser = add_estimate_arguments(prep.prepare_parser("ppm-trl estimate prepare", description), training=False)
     options = parser.parse_args(prep.normalize_flags(argv, parser))
     check_options(options)
     settings = prep.judge_settings(options)

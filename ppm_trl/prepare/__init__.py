@@ -126,10 +126,10 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     return parser
 
 
-def prepare_parser(prog: str = "ppm-trl prepare") -> argparse.ArgumentParser:
+def prepare_parser(prog: str = "ppm-trl prepare", description: str | None = __doc__) -> argparse.ArgumentParser:
     """`prepare`'s flags: the data, the judge (`JudgeArguments`' fields) and the output."""
     return add_prepare_arguments(argparse.ArgumentParser(
-        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter))
 
 
 def load_rows(args: argparse.Namespace):
