@@ -12,7 +12,7 @@ before any model is loaded, naming the dataset's own columns and the flag (or `p
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .methods import REWARDS, get_method
@@ -139,6 +139,61 @@ def chat_reply(messages: list[dict], column: str = "messages", row: int = 0) -> 
     return "\n".join(replies)
 
 
+def problem_of(value: Any, column: str, index: int) -> str:
+    """Problem text of a plain or conversational (list of messages) cell, as `ppm-trl prepare` reads it."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        user = [m["content"] for m in value if m.get("role") == "user"]
+        content = user[-1] if user else value[-1]["content"]
+        if isinstance(content, str) and content.strip():
+            return content
+    raise ValueError(f"row {index}: column {column!r} must be non-empty text or a list of chat messages, got {value!r:.200}")
+
+
+def reference_of(value: Any, column: str, index: int) -> str:
+    """The reference solution of a cell (a chat's reply), box spellings normalised; a ValueError naming the row
+    when there is none (an empty cell, a chat without an assistant reply)."""
+    if is_chat(value):
+        return normalize_boxes(chat_reply(value, column, index))
+    if not isinstance(value, str) or not value.strip():
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ValueError(f"row {index}: column {column!r} must be a non-empty reference solution text or a chat "
+                         f"whose assistant turn is the solution, got {type(value).__name__} {shown}")
+    return normalize_boxes(value)
+
+
+def row_answer(row: dict[str, Any], answer_column: str | None, reference_column: str, index: int = 0,
+               solution_column: bool = False) -> tuple[str | None, str]:
+    """(gold final answer or None, where it came from: the column name, 'boxed', 'gsm8k' or 'none'), as
+    `ppm-trl prepare` reads a row: from `answer_column` as `train --answer_column` reads it (`gold_answer`: in a
+    column of worked solutions, `solution_column`, a cell without `####` or `\\boxed{}` has none), else from the
+    reference solution's last `\\boxed{}` (or `<answer>`), else its GSM8K `#### ` line."""
+    from .judge.parsing import final_answer_of
+
+    if answer_column is not None:
+        value = row[answer_column]
+        if is_chat(value):  # the assistant turn is a worked solution: its final answer, as for a reference
+            reply = normalize_boxes(chat_reply(value, answer_column, index))
+            answer = final_answer_of(reply) or gsm8k_answer(reply)
+        else:
+            answer = gold_answer(value, solution_column)
+        return answer, (answer_column if answer is not None else "none")
+    value = row[reference_column]
+    reference = normalize_boxes(chat_reply(value, reference_column, index) if is_chat(value) else value)
+    boxed = final_answer_of(reference)
+    if boxed is not None:
+        return boxed, "boxed"
+    gsm8k = gsm8k_answer(reference)
+    return (gsm8k, "gsm8k") if gsm8k is not None else (None, "none")
+
+
+def conversational_prompt(cell: Any, problem: str) -> list[dict[str, str]]:
+    """The `prompt` a trainer takes: a chat cell up to its last user turn (a reply after it is the solution, never
+    a prompt), plain text as one user message."""
+    return chat_prompt(cell) if is_chat(cell) else [{"role": "user", "content": problem}]
+
+
 def map_columns(dataset, problem_column: str | None = None, answer_column: str | None = None,
                 reference_column: str | None = None, source: str = "the dataset", invalid_rows: str = "error"):
     """(dataset with `prompt`/`answer`/`reference` built from the named columns, list of report lines).
@@ -153,10 +208,8 @@ def map_columns(dataset, problem_column: str | None = None, answer_column: str |
     if invalid_rows not in ("error", "drop"):
         raise ValueError(f"invalid_rows must be 'error' or 'drop', got {invalid_rows!r}")
     columns = list(dataset.column_names)
-    for flag, column in (("--problem_column", problem_column), ("--answer_column", answer_column),
-                         ("--reference_column", reference_column)):
-        if column is not None and column not in columns:
-            raise ValueError(f"{flag} {column!r} is not a column of {source}; its columns are {columns}")
+    check_named_columns(columns, [("--problem_column", problem_column), ("--answer_column", answer_column),
+                                  ("--reference_column", reference_column)], source)
     check_flags_on_prepared_data(columns, problem_column, answer_column, reference_column, source)
     unusable: dict[int, str] = {}  # row -> why it cannot be used (invalid_rows="drop")
 
@@ -251,6 +304,15 @@ _FLAG_READS = {"--problem_column": ("prompt",), "--answer_column": ("answer", "r
                "--reference_column": ("reference",)}
 
 
+def check_named_columns(columns: Sequence[str], named: Sequence[tuple[str, str | None]], source: str) -> None:
+    """Each column a flag names (`(flag, column)`; None: not named) must be one of `columns`: a ValueError naming the
+    flag, the column and the dataset's columns (`train`/`eval`'s `--problem_column`, `prepare`'s
+    `--problem-column`)."""
+    for flag, column in named:
+        if column is not None and column not in columns:
+            raise ValueError(f"{flag} {column!r} is not a column of {source}; its columns are {list(columns)}")
+
+
 def is_prepared(columns: Sequence[str]) -> bool:
     """A dataset written by `ppm-trl prepare`: its reasoning points and graph next to the columns it writes."""
     return {"reasoning_points", "reasoning_graph", *PREPARED_COLUMNS} <= set(columns)
@@ -305,18 +367,50 @@ def required_columns(method: str, reward_funcs: Sequence[str], training_args) ->
     return needs
 
 
-def check_required_columns(dataset, needs: dict[str, str], source: str = "the dataset") -> None:
-    """ValueError listing every missing column, who needs it, the dataset's own columns and the fix."""
-    columns = list(getattr(dataset, "column_names", None) or [])
-    missing = [column for column in needs if column not in columns]
-    if not missing:
+def check_required_columns(dataset, needs: Mapping[str, str], source: str = "the dataset", spelling: str = "cli",
+                           kinds: Mapping[str, str] | None = None) -> None:
+    """The one column check, for the commands and the trainers: every column of `needs` (column → who reads it) must
+    be in `dataset` (in each split of a DatasetDict; None is not checked). With `kinds` (column → "str": a non-empty
+    string, "list": a non-empty list of non-empty strings, "any") every cell of a dataset with a length must be of
+    its kind (an iterable dataset: only its column names).
+
+    `spelling="cli"` (the commands): one ValueError listing every missing column, who needs it, the dataset's own
+    columns and the flag that fixes it. `spelling="python"` (a trainer built in Python): a ValueError for the first
+    missing column or bad cell, with the fix in Python."""
+    if dataset is None:
         return
-    lines = [f"{source} lacks column(s) {', '.join(repr(c) for c in missing)}; its columns are {columns}."]
-    for column in missing:
-        hint = column_fix(column, needs[column])
-        guess = _guess(column, columns)
-        lines.append(f"  - {column!r} (needed by {needs[column]}): {hint}" + (f"; perhaps {guess}" if guess else ""))
-    raise ValueError("\n".join(lines))
+    for split in dataset.values() if isinstance(dataset, dict) else [dataset]:
+        columns = list(getattr(split, "column_names", None) or [])
+        missing = [column for column in needs if column not in columns]
+        if missing and spelling == "cli":
+            lines = [f"{source} lacks column(s) {', '.join(repr(c) for c in missing)}; its columns are {columns}."]
+            for column in missing:
+                hint = column_fix(column, needs[column])
+                guess = _guess(column, columns)
+                lines.append(f"  - {column!r} (needed by {needs[column]}): {hint}"
+                             + (f"; perhaps {guess}" if guess else ""))
+            raise ValueError("\n".join(lines))
+        for column, reader in needs.items():
+            if column not in columns:
+                raise ValueError(
+                    f"{reader} needs the `{column}` column in the dataset; the dataset's columns are {sorted(columns)}. "
+                    f"Fix: {column_fix(column, reader, 'python') or 'see the dataset format in the README'}.")
+            if kinds and hasattr(split, "__len__"):
+                for row, value in enumerate(split[column]):
+                    problem = _cell_problem(value, kinds.get(column, "any"))
+                    if problem:
+                        raise ValueError(f"{reader}: column `{column}`, row {row}: {problem}")
+
+
+def _cell_problem(value: Any, kind: str) -> str | None:
+    if kind == "str" and (not isinstance(value, str) or not value.strip()):
+        return f"expected a non-empty string, got {value!r:.80}"
+    if kind == "list":
+        if not isinstance(value, (list, tuple)) or not value:
+            return f"expected a non-empty list of strings, got {value!r:.80}"
+        if any(not isinstance(v, str) or not v.strip() for v in value):
+            return "every item must be a non-empty string"
+    return None
 
 
 def _guess(column: str, columns: list[str]) -> str | None:

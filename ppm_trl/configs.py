@@ -15,6 +15,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from .judge.arguments import JudgeArguments  # noqa: F401  (defined with the judge; importable from here as before)
+
 # The scorers PPM and PAPO both offer (each config accepts its own table's keys: PROGRESS_SCORERS, PROCESS_SCORERS).
 SCORERS = ("programmatic", "judge")
 
@@ -120,133 +122,6 @@ def refuse_normalize_then_sum(config, method: str, why: str) -> None:
     if config.multi_objective_aggregation == "normalize_then_sum":
         raise ValueError(f"{method} does not support multi_objective_aggregation='normalize_then_sum': {why}. "
                          "Use the default 'sum_then_normalize'.")
-
-
-@dataclass
-class JudgeArguments:
-    """LiteLLM judge settings shared by PPM (point grading) and PAPO (rubric scoring).
-
-    API keys are read from the environment by LiteLLM and are never config fields, so they never reach a saved
-    `training_args.bin`, a model card or a log.
-    """
-
-    judge_model: str = field(
-        default="gemini/gemini-2.5-flash-lite",
-        metadata={"help": "Any LiteLLM model string, e.g. `gemini/...`, `openai/...`, `hosted_vllm/...`."},
-    )
-    judge_api_base: str | None = field(
-        default=None, metadata={"help": "Base URL of an OpenAI-compatible server (local vLLM/SGLang)."}
-    )
-    judge_max_concurrency: int = field(
-        default=64, metadata={"help": "Judge requests in flight at once, for the whole run: each of the N training "
-                              "processes takes 1/N (at least 1)."})
-    judge_max_rpm: float | None = field(
-        default=None,
-        metadata={"help": "The run's judge requests per minute at most (a hosted judge's quota), split evenly over the "
-                  "training processes; a server's Retry-After / x-ratelimit-reset pauses requests too. None: no limit."},
-    )
-    judge_max_tpm: float | None = field(
-        default=None,
-        metadata={"help": "The run's judge tokens per minute at most (prompt + answer), split like judge_max_rpm; "
-                  "tokens are estimated before a request and corrected by its usage. None: no limit."},
-    )
-    judge_burst_seconds: float = field(
-        default=1.0,
-        metadata={"help": "Seconds of the steady judge_max_rpm / judge_max_tpm rate that may go out at once."},
-    )
-    judge_max_cost_usd: float | None = field(
-        default=None,
-        metadata={"help": "Budget: when the judge has cost this much (summed over processes, LiteLLM's prices), "
-                  "training stops after the step, saving a checkpoint when saving is on. Needs a priced model."},
-    )
-    judge_max_total_tokens: int | None = field(
-        default=None,
-        metadata={"help": "Budget in judge tokens (prompt + answer, summed over processes): training stops after the "
-                  "step that reaches it, saving a checkpoint when saving is on."},
-    )
-    judge_timeout: float = field(default=60.0, metadata={"help": "Seconds before a judge request is retried."})
-    judge_num_retries: int = field(default=4, metadata={"help": "Retries on 429/5xx/timeouts (exponential backoff)."})
-    judge_temperature: float = field(default=0.0, metadata={"help": "Judge sampling temperature."})
-    judge_transport: str = field(
-        default="litellm",
-        metadata={"help": "`litellm` (any provider) or `openai_http` (direct HTTP to an OpenAI-compatible "
-                  "`judge_api_base`, ~5x less client CPU per request; see BENCHMARKS.md)."},
-    )
-    judge_api_key_env: str | None = field(
-        default=None,
-        metadata={"help": "Name of the environment variable holding the judge's API key (never the key). Default: "
-                  "the provider's (`OPENAI_API_KEY` for `openai/...`, `HOSTED_VLLM_API_KEY` for `hosted_vllm/...`). "
-                  "A local OpenAI-compatible server that needs no key needs none set, with either transport."},
-    )
-    judge_probe: bool = field(
-        default=True,
-        metadata={"help": "Send one tiny request (not cached, not counted) when the trainer is built: a refused or "
-                  "missing key, an unknown model or URL, or no server at `judge_api_base` stops with a clear "
-                  "error before training; a transient error (429/5xx/timeout) only warns."},
-    )
-    judge_max_unscorable_frac: float = field(
-        default=1.0,
-        metadata={"help": "Stop training when this fraction (in (0, 1]) of the judge's requests over the last "
-                  "`judge_unscorable_window` steps with judge requests were unscorable. 1.0: stop when every "
-                  "request of the window failed (a judge that cannot judge, never a silent zero-reward run)."},
-    )
-    judge_unscorable_window: int = field(
-        default=1, metadata={"help": "Steps (with judge requests) over which `judge_max_unscorable_frac` is measured."}
-    )
-    judge_unscorable_min_rows: int = field(
-        default=2,
-        metadata={"help": "Stop only when the unscorable requests of the current run of failing steps come from at "
-                  "least this many rows (a row counts once per step it fails in): a broken judge fails every row "
-                  "(a full batch reaches this at once), while a few rows the judge cannot score do not stop the "
-                  "run and are quarantined instead (`judge_quarantine_after`)."},
-    )
-    judge_quarantine_after: int = field(
-        default=2,
-        metadata={"help": "Quarantine a row after this many steps in which every judge request of it was "
-                  "unscorable while the judge scored other rows: it is listed in `<output_dir>/quarantine.jsonl` "
-                  "and its later requests are skipped (NaN score, zero advantage, counted in `judge/quarantined`). "
-                  "0: never."},
-    )
-    judge_cache_dir: str | None = field(
-        default=None,
-        metadata={"help": "On-disk cache of judge answers; default `<output_dir>/judge_cache`; `none`: no cache. "
-                  "A directory that cannot be created or written is an error before training."},
-    )
-    judge_max_response_bytes: int = field(
-        default=4 * 2**20,
-        metadata={"help": "Largest judge answer body (bytes, decoded) an attempt accepts; a larger one fails the "
-                  "attempt. `openai_http` stops reading at the cap (a gzip bomb costs at most this); `litellm` can "
-                  "only refuse the text it returns."},
-    )
-    judge_echo_nonce: bool = field(
-        default=False,
-        metadata={"help": "Ask the judge to start its answer with a per-request nonce and refuse (retry, never cache) "
-                  "an answer without it: catches a server that returns another request's answer. Needs a judge "
-                  "that follows that instruction."},
-    )
-
-    def judge_kwargs(self, output_dir: str) -> dict:
-        import os
-
-        return dict(
-            model=self.judge_model,
-            api_base=self.judge_api_base,
-            max_concurrency=self.judge_max_concurrency,
-            timeout=self.judge_timeout,
-            num_retries=self.judge_num_retries,
-            temperature=self.judge_temperature,
-            transport=self.judge_transport,
-            api_key_env=self.judge_api_key_env,
-            max_response_bytes=self.judge_max_response_bytes,
-            echo_nonce=self.judge_echo_nonce,
-            cache_dir=None if str(self.judge_cache_dir or "").lower() == "none"
-            else self.judge_cache_dir or os.path.join(output_dir, "judge_cache"),
-            max_rpm=self.judge_max_rpm,
-            max_tpm=self.judge_max_tpm,
-            burst_seconds=self.judge_burst_seconds,
-            max_cost_usd=self.judge_max_cost_usd,
-            max_total_tokens=self.judge_max_total_tokens,
-        )
 
 
 # The method configs and their accepted values, under the names this module has always exported (imported on first

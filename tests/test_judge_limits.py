@@ -21,7 +21,6 @@ import pytest  # noqa: E402
 
 from ppm_trl.configs import JudgeArguments  # noqa: E402
 from ppm_trl.judge import LiteLLMJudge  # noqa: E402
-from ppm_trl.judge import client as judge_client  # noqa: E402
 from ppm_trl.judge.tasks import REQUEST_ERROR  # noqa: E402
 
 MIB = 2**20
@@ -161,11 +160,13 @@ def test_answer_over_the_cap_fails_and_one_under_it_is_read(server, transport):
 
 def test_unreadable_answer_is_redacted_in_bounded_pieces(monkeypatch):
     lengths = []
-    real_redact = judge_client.redact
-    monkeypatch.setattr(judge_client, "redact", lambda text: (lengths.append(len(text)), real_redact(text))[1])
+    from ppm_trl.judge import sending
+
+    real_redact = sending.redact
+    monkeypatch.setattr(sending, "redact", lambda text: (lengths.append(len(text)), real_redact(text))[1])
     monkeypatch.setenv("MY_JUDGE_TOKEN", "sk-secret-0123456789")
     huge = "sk-secret-0123456789 " + "x" * (8 * MIB) + " sk-secret-0123456789"
-    shown = judge_client._excerpt(huge)
+    shown = sending._excerpt(huge)
     assert "sk-secret" not in shown and shown.startswith("*** x") and shown.endswith("x ***")
     assert max(lengths) < 4096  # never the whole 8 MiB on the event loop
 
@@ -189,4 +190,4 @@ def test_max_response_bytes_is_a_judge_setting():
 
     parsed = add_prepare_arguments(argparse.ArgumentParser()).parse_args(
         ["--dataset", "d", "--reference-column", "r", "--judge-model", "m", "--out", "o", "--max-response-bytes", "2048"])
-    assert parsed.max_response_bytes == 2048
+    assert parsed.judge_max_response_bytes == 2048  # the field's flag, in prepare's older spelling

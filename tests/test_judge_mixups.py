@@ -234,4 +234,4 @@ def test_echo_nonce_is_a_judge_setting():
         LiteLLMJudge("openai/x", api_base="http://127.0.0.1:9/v1", echo_nonce="no")
     parsed = add_prepare_arguments(argparse.ArgumentParser()).parse_args(
         ["--dataset", "d", "--reference-column", "r", "--judge-model", "m", "--out", "o", "--echo-nonce"])
-    assert parsed.echo_nonce is True
+    assert parsed.judge_echo_nonce is True

@@ -119,7 +119,7 @@ def test_prepare_input_errors(dataset_dir, tmp_path, monkeypatch):
         with pytest.raises(ValueError, match="different settings"):
             main(arguments(dataset_dir, server, out, "--limit", "1", "--problem-column", "solution"))
         assert grading_requests(server) == 2
-        with pytest.raises(ValueError, match=r"--problem-column 'question' is not a column of .*; columns: "):
+        with pytest.raises(ValueError, match=r"--problem-column 'question' is not a column of .*; its columns are \["):
             main(arguments(dataset_dir, server, tmp_path / "c", "--problem-column", "question"))
         with pytest.raises(ValueError, match=r"--answer-column 'gold' is not a column"):
             main(arguments(dataset_dir, server, tmp_path / "c", "--answer-column", "gold"))

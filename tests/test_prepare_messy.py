@@ -96,10 +96,12 @@ def test_a_judge_budget_stop_exits_3(monkeypatch, tmp_path, capsys):
                                       "max_total_tokens=5 (judge_max_total_tokens)")
     trainer = SimpleNamespace(accelerator=SimpleNamespace(is_main_process=True),
                               callback_handler=SimpleNamespace(callbacks=[stopped]))
-    monkeypatch.setattr(cli, "parse_train_args", lambda argv: (SimpleNamespace(method="ppm"), None, None))
-    monkeypatch.setattr(cli, "run_training", lambda *args: (trainer, None))
-    monkeypatch.setattr(cli, "training_summary", lambda *args: {"output_dir": "/abs/out"})
-    monkeypatch.setattr(cli, "report_done", lambda *args: None)
+    from ppm_trl import train
+
+    monkeypatch.setattr(train, "parse_train_args", lambda argv: (SimpleNamespace(method="ppm"), None, None))
+    monkeypatch.setattr(train, "run_training", lambda *args: (trainer, None))
+    monkeypatch.setattr(train, "training_summary", lambda *args: {"output_dir": "/abs/out"})
+    monkeypatch.setattr(train, "report_done", lambda *args: None)
     with pytest.raises(SystemExit) as exited:
         cli.main(["train"])
     assert exited.value.code == cli.JUDGE_BUDGET_EXIT_CODE == 3

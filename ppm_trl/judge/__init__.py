@@ -6,6 +6,7 @@ sent, transformers when `JudgeStatsCallback` is first used.
 
 from __future__ import annotations
 
+from ppm_trl.judge.arguments import JudgeArguments, build_judge
 from ppm_trl.judge.cache import ResponseCache, request_fingerprint, request_key
 from ppm_trl.judge.client import JudgeConfigurationError, LiteLLMJudge, redact
 from ppm_trl.judge.escaping import escape_papo_solution, escape_process_chunk, escape_rollout
@@ -26,12 +27,14 @@ from ppm_trl.judge.tasks import JudgeFailure
 __all__ = [
     "PAPO_TIERS",
     "JudgeConfigurationError",
+    "JudgeArguments",
     "JudgeFailure",
     "JudgeStats",
     "JudgeStatsCallback",
     "LiteLLMJudge",
     "ResponseCache",
     "answer_in_text",
+    "build_judge",
     "build_messages",
     "escape_papo_solution",
     "escape_process_chunk",

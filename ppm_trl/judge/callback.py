@@ -24,12 +24,14 @@ A judge that cannot judge stops the run instead of training on zero process rewa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections import deque
 
 from transformers import TrainerCallback
 
+from .arguments import JudgeArguments
 from .quarantine import (
     QUARANTINE_FILE,
     RowQuarantine,
@@ -38,6 +40,7 @@ from .quarantine import (
     merge_attempts,
     read_quarantine_file,
 )
+from .settings import check_unscorable_settings  # noqa: F401  (importable from here as before)
 
 LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost",
           "usage_unknown", "usage_clamped", "cache_rejected", "cache_write_failures", "quarantined", "throttled",
@@ -48,27 +51,16 @@ class JudgeUnscorableError(RuntimeError):
     """Too many of the judge's requests were unscorable during training (see `judge_max_unscorable_frac`)."""
 
 
-def _integer(value, minimum: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
-
-
-def check_unscorable_settings(max_unscorable_frac: float, unscorable_window: int, unscorable_min_rows: int = 2,
-                              quarantine_after: int = 2) -> None:
-    """Refuse abort and quarantine settings that would never (or always) stop a run."""
-    if isinstance(max_unscorable_frac, bool) or not isinstance(max_unscorable_frac, (int, float)) \
-            or not 0.0 < max_unscorable_frac <= 1.0:
-        raise ValueError(f"judge_max_unscorable_frac must be in (0, 1], got {max_unscorable_frac!r}")
-    if not _integer(unscorable_window, 1):
-        raise ValueError(f"judge_unscorable_window must be an integer >= 1, got {unscorable_window!r}")
-    if not _integer(unscorable_min_rows, 1):
-        raise ValueError(f"judge_unscorable_min_rows must be an integer >= 1, got {unscorable_min_rows!r}")
-    if not _integer(quarantine_after, 0):
-        raise ValueError(f"judge_quarantine_after must be an integer >= 0 (0: never), got {quarantine_after!r}")
+# The callback's own defaults are the training configs' (`JudgeArguments`).
+_DEFAULTS = {spec.name: spec.default for spec in dataclasses.fields(JudgeArguments)}
 
 
 class JudgeStatsCallback(TrainerCallback):
-    def __init__(self, judge, prefix: str = "judge/", max_unscorable_frac: float = 1.0, unscorable_window: int = 1,
-                 unscorable_min_rows: int = 2, quarantine_after: int = 2):
+    def __init__(self, judge, prefix: str = "judge/",
+                 max_unscorable_frac: float = _DEFAULTS["judge_max_unscorable_frac"],
+                 unscorable_window: int = _DEFAULTS["judge_unscorable_window"],
+                 unscorable_min_rows: int = _DEFAULTS["judge_unscorable_min_rows"],
+                 quarantine_after: int = _DEFAULTS["judge_quarantine_after"]):
         self.judge = judge
         self.prefix = prefix
         self._last = judge.stats.snapshot()
@@ -77,8 +69,8 @@ class JudgeStatsCallback(TrainerCallback):
         self.output_dir = None
         self._configure(max_unscorable_frac, unscorable_window, unscorable_min_rows, quarantine_after)
 
-    def _configure(self, max_unscorable_frac: float, unscorable_window: int, unscorable_min_rows: int = 2,
-                   quarantine_after: int = 2) -> None:
+    def _configure(self, max_unscorable_frac: float, unscorable_window: int, unscorable_min_rows: int,
+                   quarantine_after: int) -> None:
         check_unscorable_settings(max_unscorable_frac, unscorable_window, unscorable_min_rows, quarantine_after)
         self.max_unscorable_frac = float(max_unscorable_frac)
         self.unscorable_min_rows = unscorable_min_rows
@@ -101,7 +93,7 @@ class JudgeStatsCallback(TrainerCallback):
                             getattr(args, "judge_unscorable_min_rows", self.unscorable_min_rows),
                             getattr(args, "judge_quarantine_after", self.quarantine.after))
             self.output_dir = getattr(args, "output_dir", None)
-            if getattr(args, "judge_probe", True):
+            if getattr(args, "judge_probe", _DEFAULTS["judge_probe"]):
                 self.judge.probe()
             self._installed = True
         if scorer is not None:

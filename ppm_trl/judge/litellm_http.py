@@ -18,6 +18,8 @@ import zlib
 
 import httpx
 
+from ppm_trl.judge.errors import MalformedReplyError, ResponseTooLargeError
+
 GUARDED_PROVIDERS = ("openai", "hosted_vllm")
 
 
@@ -70,8 +72,6 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         """The decoded body, read chunk by chunk; `ResponseTooLargeError` past the cap. gzip/deflate are inflated
         here with a bounded output per step (httpx's own decoder inflates a whole chunk at once: a 64 KB chunk of a
         bomb is 64 MB); other encodings are refused (requests ask for gzip, deflate or none)."""
-        from ppm_trl.judge.transport import MalformedReplyError, ResponseTooLargeError
-
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("identity", "", "gzip", "x-gzip", "deflate"):
             await response.aclose()

@@ -1,6 +1,6 @@
 """What a run will ask of its judge, projected before it starts: pure arithmetic (no I/O, no TRL, no LiteLLM).
 
-`ppm-trl estimate` (`ppm_trl/estimate.py`) measures or assumes the per-unit figures — judge requests per rollout
+`ppm-trl estimate` (`ppm_trl/estimate/`) measures or assumes the per-unit figures — judge requests per rollout
 (or per `prepare` row), prompt and completion tokens per request, the latency of one request, LiteLLM's prices —
 and this module scales them to a generation batch, an optimizer step and the whole run, and bounds the judge's
 wall time by the configured limits.

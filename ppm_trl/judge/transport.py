@@ -26,6 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ppm_trl.judge.errors import (  # noqa: F401  (the transports' errors, importable from here as before)
+    HTTPStatusError,
+    MalformedReplyError,
+    ProtocolError,
+    ResponseTooLargeError,
+)
+
 # Arguments that change where/how a request travels but not the answer (not in the cache key or the body).
 TRANSPORT_ARGUMENTS = {"api_base", "base_url", "api_version", "timeout", "num_retries", "max_retries", "extra_headers"}
 # Default key variable per OpenAI-compatible provider prefix (as LiteLLM reads them).
@@ -55,41 +62,14 @@ def token_counts(prompt_tokens: Any, completion_tokens: Any) -> tuple[int, int, 
     return counts[0], counts[1], True
 
 
-class MalformedReplyError(Exception):
-    """A 2xx answer whose body is not a chat completion (retried like a transient failure)."""
-
-
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 2**20  # ~1M tokens of text: far above any judge answer, far below a decompression bomb
 _ERROR_BODY_BYTES = 64 * 2**10  # what is read of a non-2xx answer (its message is shortened to 2,000 characters anyway)
-
-
-class ResponseTooLargeError(MalformedReplyError):
-    """An answer larger than `max_response_bytes` once decoded (gzip/deflate/br included): the attempt fails and
-    is retried like a malformed answer; nothing past the cap is read or decompressed."""
-
-    def __init__(self, what: str, limit: int):
-        super().__init__(f"{what} is larger than max_response_bytes={limit:,} (judge_max_response_bytes); raise it "
-                         "if the judge's answers are legitimately that long")
-        self.limit = limit
 
 
 def check_max_response_bytes(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
         raise ValueError(f"max_response_bytes must be an integer >= 1024 (bytes of a decoded judge answer), got {value!r}")
     return value
-
-
-class ProtocolError(ConnectionError):
-    """The server's bytes are not a well-formed HTTP answer (retried like a dropped connection)."""
-
-
-class HTTPStatusError(Exception):
-    """A non-2xx answer of the `openai_http` transport; `status_code` and `headers` drive the retry policy."""
-
-    def __init__(self, status_code: int, headers: dict[str, str], body: str):
-        super().__init__(f"HTTP {status_code}: {body[:2000]}")  # the client redacts, then shortens
-        self.status_code = status_code
-        self.headers = headers
 
 
 def import_litellm():
@@ -137,7 +117,7 @@ class LiteLLMTransport:
         provider = model.partition("/")[0]
         self.guarded = None  # LiteLLM's clients follow redirects: an api_base server gets a client that does not
         if api_base and provider in ("openai", "hosted_vllm") and "client" not in kwargs:
-            from ppm_trl.judge.litellm_http import GuardedClients
+            from ppm_trl.judge.litellm_http import GuardedClients  # imports httpx: only for such a judge
 
             self.guarded = GuardedClients(provider, api_base, timeout, self.max_response_bytes)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from typing import Any
 
 import torch
 
@@ -15,30 +14,15 @@ from ..text import completion_text, problem_text  # noqa: F401  (re-exported for
 
 
 def check_columns(dataset, required: dict[str, str], method: str) -> None:
-    """Raise a ValueError naming the first missing/malformed column and row.
+    """Raise a ValueError naming the first missing/malformed column and row (`columns.check_required_columns`, the
+    one column check, in Python spelling).
 
     `required` maps a column name to the kind of value it must hold: "str" (non-empty string), "list" (non-empty
     list of non-empty strings) or "any". Iterable datasets are checked lazily (only their column names).
     """
-    if dataset is None:
-        return
-    datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
-    for ds in datasets:
-        columns = getattr(ds, "column_names", None) or []
-        for column, kind in required.items():
-            if column not in columns:
-                from ..columns import column_fix
+    from ..columns import check_required_columns
 
-                raise ValueError(
-                    f"{method} needs the `{column}` column in the dataset; the dataset's columns are {sorted(columns)}. "
-                    f"Fix: {column_fix(column, method, 'python') or 'see the dataset format in the README'}."
-                )
-            if not hasattr(ds, "__len__"):
-                continue
-            for row_index, value in enumerate(ds[column]):
-                problem = _column_problem(value, kind)
-                if problem:
-                    raise ValueError(f"{method}: column `{column}`, row {row_index}: {problem}")
+    check_required_columns(dataset, dict.fromkeys(required, method), spelling="python", kinds=required)
 
 
 def check_method_columns(dataset, method: str, args, custom_scorer: bool = False) -> None:
@@ -103,17 +87,6 @@ def registered_model_card(cls: type) -> dict:
     below = cls.__mro__[: [f"{k.__module__}:{k.__qualname__}" for k in cls.__mro__].index(method.trainer)]
     return {attribute: value for attribute, value in method.model_card().items()
             if not any(attribute in vars(k) for k in below)}
-
-
-def _column_problem(value: Any, kind: str) -> str | None:
-    if kind == "str" and (not isinstance(value, str) or not value.strip()):
-        return f"expected a non-empty string, got {value!r:.80}"
-    if kind == "list":
-        if not isinstance(value, (list, tuple)) or not value:
-            return f"expected a non-empty list of strings, got {value!r:.80}"
-        if any(not isinstance(v, str) or not v.strip() for v in value):
-            return "every item must be a non-empty string"
-    return None
 
 
 def weighted_outcome(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
