@@ -45,7 +45,7 @@ from ppm_trl.estimate.options import (  # noqa: F401
     check_options,
 )
 from ppm_trl.estimate.prepare import estimate_prepare, finished_rows  # noqa: F401
-from ppm_trl.estimate.report import Estimate, budget_notes, latency_of, profile_of, report, workload_table  # noqa: F401
+from ppm_trl.estimate.projection_report import Estimate, budget_notes, latency_of, profile_of, report, workload_table  # noqa: F401
 from ppm_trl.estimate.training import (  # noqa: F401
     CharacterTokens,
     cpu_precision,

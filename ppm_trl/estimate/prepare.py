@@ -16,7 +16,7 @@ from ppm_trl.estimate.measure import (
     sampled,
 )
 from ppm_trl.estimate.options import add_estimate_arguments, check_options
-from ppm_trl.estimate.report import Estimate, budget_notes, latency_of, profile_of
+from ppm_trl.estimate.projection_report import Estimate, budget_notes, latency_of, profile_of
 from ppm_trl.judge import projection
 
 

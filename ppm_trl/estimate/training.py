@@ -22,7 +22,7 @@ from ppm_trl.estimate.measure import (
     judge_token_counter,
     sampled,
 )
-from ppm_trl.estimate.report import Estimate, budget_notes, latency_of, profile_of
+from ppm_trl.estimate.projection_report import Estimate, budget_notes, latency_of, profile_of
 from ppm_trl.flags import UsageError, config_path, read_yaml_config, user_setting
 from ppm_trl.judge import projection
 from ppm_trl.train import fit_generation_batch, parse_train_args, reward_names
