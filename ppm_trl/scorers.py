@@ -67,13 +67,13 @@ class JudgePointMatcher:
 
 
 def build_judge(args):
-    from .judge import LiteLLMJudge
+    from .judge.arguments import build_judge as judge_from_arguments
     from .judge.callback import check_unscorable_settings
 
     # checked here, before the model loads; the stats callback applies them once the trainer exists
     check_unscorable_settings(getattr(args, "judge_max_unscorable_frac", 1.0), getattr(args, "judge_unscorable_window", 1),
                               getattr(args, "judge_unscorable_min_rows", 2), getattr(args, "judge_quarantine_after", 2))
-    return LiteLLMJudge(**args.judge_kwargs(args.output_dir))
+    return judge_from_arguments(args, args.output_dir)
 
 
 def scorer_judge(scorer):

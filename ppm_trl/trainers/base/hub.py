@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...judge.quarantine import QUARANTINE_FILE
+from ...judge.settings import judge_cache_dir
 
 # Where Trainer's pushes get their HfApi: (module, function). Replaced only for the duration of a push
 # (`uploads_ignoring`); tests/test_hub_upload.py checks the files an upload takes end to end.
@@ -31,8 +32,8 @@ _JUDGE_CACHE_LAYOUT = ("[0-9a-f][0-9a-f]/", "claims/")
 def run_private_patterns(args) -> list[str]:
     """`RUN_PRIVATE_FILES`, plus a `judge_cache_dir` configured inside `args.output_dir` (relative to it)."""
     patterns = list(RUN_PRIVATE_FILES)
-    cache = getattr(args, "judge_cache_dir", None)
-    if cache and str(cache).lower() != "none":
+    cache = judge_cache_dir(getattr(args, "judge_cache_dir", None), None)  # unset: judge_cache/, listed above
+    if cache:
         relative = os.path.relpath(os.path.abspath(cache), os.path.abspath(args.output_dir))
         if relative == ".":
             patterns.extend(_JUDGE_CACHE_LAYOUT)
