@@ -24,7 +24,7 @@ import pytest
 import torch
 import transformers
 from accelerate.utils.memory import release_memory
-from datasets import Dataset, DatasetDict, Image, IterableDatasetDict, load_dataset
+from datasets import Dataset, DatasetDict, Image, IterableDatasetDict
 from packaging.version import Version
 from transformers import (
     AutoModelForCausalLM,
@@ -40,6 +40,8 @@ from transformers.utils import is_peft_available
 from trl import GRPOConfig, GRPOTrainer
 from trl.import_utils import is_liger_kernel_available
 
+# ppm_trl (offline): local stand-ins for the Hub's zen datasets and for Qwen2.5 token ids (see README.md here)
+from .offline import TINY_EOS, TINY_PAD, load_dataset, tiny_ids
 from .testing_utils import (
     TrlTestCase,
     is_ampere_or_newer,
@@ -2187,11 +2189,12 @@ class TestGRPOTrainer(TrlTestCase):
         # masked in the loss, the model doesn't update, and the final check (which verifies the update) fails.
         def fake_generate(input_ids, **kwargs):
             # pad_token_id = 151643; eos_token_id = 151645
+            # ppm_trl (offline): the tiny tokenizer's EOS and pad in place of Qwen2.5's
             completion_ids = torch.tensor(
                 [
                     [1, 2, 3, 4, 5, 6, 7, 8],  # this one is truncated
-                    [9, 10, 11, 151645, 151643, 151643, 151643, 151643],  # this one contains eos
-                    [12, 13, 14, 15, 16, 17, 18, 151645],  # particular case, eos is generated just within the limit
+                    [9, 10, 11, TINY_EOS, TINY_PAD, TINY_PAD, TINY_PAD, TINY_PAD],  # this one contains eos
+                    [12, 13, 14, 15, 16, 17, 18, TINY_EOS],  # particular case, eos is generated just within the limit
                 ],
                 device=input_ids.device,
             )
@@ -2687,39 +2690,39 @@ class TestGRPOTrainer(TrlTestCase):
             if input_ids.shape[0] == 3:  # first call
                 # fmt: off
                 if tool_name == "multiply_tool":
-                    completion_ids = torch.tensor(
+                    completion_ids = tiny_ids(
                         [
                             # '<tool_call>\n{"name": "multiply_tool", "arguments": {"a": 3, "b": 4}}\n</tool_call><|im_end|>'
-                            [151657, 198, 4913, 606, 788, 330, 64648, 22785, 497, 330, 16370, 788, 5212, 64, 788, 220, 18, 11, 330, 65, 788, 220, 19, 11248, 151658, 151645],
+                            '<tool_call>\n{"name": "multiply_tool", "arguments": {"a": 3, "b": 4}}\n</tool_call><|im_end|>',
                             # an invalid tool call with wrong argument name
                             # '<tool_call>\n{"name": "multiply_tool", "arguments": {"a": 3, "c": 4}}\n</tool_call><|im_end|>'
-                            [151657, 198, 4913, 606, 788, 330, 64648, 22785, 497, 330, 16370, 788, 5212, 64, 788, 220, 18, 11, 330, 66, 788, 220, 19, 11248, 151658, 151645],
+                            '<tool_call>\n{"name": "multiply_tool", "arguments": {"a": 3, "c": 4}}\n</tool_call><|im_end|>',
                             # "I don't know any tool<|im_end|>"
-                            [40, 1513, 944, 1414, 894, 5392, 151645, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643],
+                            "I don't know any tool<|im_end|>",
                         ],
                         device=input_ids.device,
                     )
                 elif tool_name == "async_multiply_tool":
-                    completion_ids = torch.tensor(
+                    completion_ids = tiny_ids(
                         [
                             # '<tool_call>\n{"name": "async_multiply_tool", "arguments": {"a": 3, "b": 4}}\n</tool_call><|im_end|>'
-                            [151657, 198, 4913, 606, 788, 330, 7692, 93054, 22785, 497, 330, 16370, 788, 5212, 64, 788, 220, 18, 11, 330, 65, 788, 220, 19, 11248, 151658, 151645],
+                            '<tool_call>\n{"name": "async_multiply_tool", "arguments": {"a": 3, "b": 4}}\n</tool_call><|im_end|>',
                             # an invalid tool call with wrong argument name
                             # '<tool_call>\n{"name": "async_multiply_tool", "arguments": {"a": 3, "c": 4}}\n</tool_call><|im_end|>'
-                            [151657, 198, 4913, 606, 788, 330, 7692, 93054, 22785, 497, 330, 16370, 788, 5212, 64, 788, 220, 18, 11, 330, 66, 788, 220, 19, 11248, 151658, 151645],
+                            '<tool_call>\n{"name": "async_multiply_tool", "arguments": {"a": 3, "c": 4}}\n</tool_call><|im_end|>',
                             # "I don't know any tool<|im_end|>"
-                            [40, 1513, 944, 1414, 894, 5392, 151645, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643],
+                            "I don't know any tool<|im_end|>",
                         ],
                         device=input_ids.device,
                     )
                 # fmt: on
             else:  # second call will only have two inputs in the batch, because two examples have a tool call.
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
                         # 'Done!<|im_end|>'
-                        [17453, 0, 151645],
+                        'Done!<|im_end|>',
                         # 'Done!<|im_end|>'
-                        [17453, 0, 151645],
+                        'Done!<|im_end|>',
                     ],
                     device=input_ids.device,
                 )
@@ -2822,29 +2825,29 @@ class TestGRPOTrainer(TrlTestCase):
         def fake_generate(input_ids, **kwargs):
             if input_ids.shape[0] == 4:  # first generation: batch is [counter, counter, echo, echo]
                 # fmt: off
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
                         # counter example: valid `increment` tool call (only CounterEnvironment exposes it)
                         # '<tool_call>\n{"name": "increment", "arguments": {"step": 1}}\n</tool_call><|im_end|>' + pad
-                        [151657, 198, 4913, 606, 788, 330, 35744, 497, 330, 16370, 788, 5212, 9520, 788, 220, 16, 11248, 151658, 151645, 151643],
+                        '<tool_call>\n{"name": "increment", "arguments": {"step": 1}}\n</tool_call><|im_end|>',
                         # counter example: no tool call (gives reward variance within the group so gradients are non-zero)
                         # "I won't<|im_end|>" + pad
-                        [40, 2765, 944, 151645, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643],
+                        "I won't<|im_end|>",
                         # echo example: valid `shout` tool call (only EchoEnvironment exposes it)
                         # '<tool_call>\n{"name": "shout", "arguments": {"text": "hi"}}\n</tool_call><|im_end|>'
-                        [151657, 198, 4913, 606, 788, 330, 927, 411, 497, 330, 16370, 788, 5212, 1318, 788, 330, 6023, 95642, 151658, 151645],
+                        '<tool_call>\n{"name": "shout", "arguments": {"text": "hi"}}\n</tool_call><|im_end|>',
                         # echo example: no tool call
                         # "Done!<|im_end|>" + pad
-                        [17453, 0, 151645, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643],
+                        'Done!<|im_end|>',
                     ],
                     device=input_ids.device,
                 )
                 # fmt: on
             else:  # regeneration after tool execution: only the two examples that issued a (valid) tool call
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
-                        [17453, 0, 151645],  # 'Done!<|im_end|>'
-                        [17453, 0, 151645],
+                        'Done!<|im_end|>',  # 'Done!<|im_end|>'
+                        'Done!<|im_end|>',
                     ],
                     device=input_ids.device,
                 )
@@ -2965,26 +2968,26 @@ class TestGRPOTrainer(TrlTestCase):
         def fake_generate(input_ids, **kwargs):
             if input_ids.shape[0] == 3:  # first call
                 # fmt: off
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
                         # '<tool_call>\n{"name": "increment", "arguments": {"step": 1}}\n</tool_call><|im_end|>'
-                        [151657, 198, 4913, 606, 788, 330, 35744, 497, 330, 16370, 788, 5212, 9520, 788, 220, 16, 11248, 151658, 151645, 151643],
+                        '<tool_call>\n{"name": "increment", "arguments": {"step": 1}}\n</tool_call><|im_end|>',
                         # an invalid tool call with wrong tool name
                         # '<tool_call>\n{"name": "decrement", "arguments": {"step": 2}}\n</tool_call><|im_end|>'
-                        [151657, 198, 4913, 606, 788, 330, 450, 13477, 497, 330, 16370, 788, 5212, 9520, 788, 220, 17, 11248, 151658, 151645],
+                        '<tool_call>\n{"name": "decrement", "arguments": {"step": 2}}\n</tool_call><|im_end|>',
                         # "I won't increment<|im_end|>"
-                        [40, 2765, 944, 16252, 151645, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643],
+                        "I won't increment<|im_end|>",
                     ],
                     device=input_ids.device,
                 )
                 # fmt: on
             else:  # second call will only have two inputs in the batch, because two examples have a tool call.
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
                         # 'Done!<|im_end|>'
-                        [17453, 0, 151645],
+                        'Done!<|im_end|>',
                         # 'Done!<|im_end|>'
-                        [17453, 0, 151645],
+                        'Done!<|im_end|>',
                     ],
                     device=input_ids.device,
                 )
@@ -3071,26 +3074,26 @@ class TestGRPOTrainer(TrlTestCase):
         def fake_generate(input_ids, **kwargs):
             if input_ids.shape[0] == 3:  # first call
                 # fmt: off
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
                         # '<tool_call>\n{"name": "increment", "arguments": {"step": 1}}\n</tool_call><|im_end|>'
-                        [151657, 198, 4913, 606, 788, 330, 35744, 497, 330, 16370, 788, 5212, 9520, 788, 220, 16, 11248, 151658, 151645, 151643],
+                        '<tool_call>\n{"name": "increment", "arguments": {"step": 1}}\n</tool_call><|im_end|>',
                         # an invalid tool call with wrong tool name
                         # '<tool_call>\n{"name": "decrement", "arguments": {"step": 2}}\n</tool_call><|im_end|>'
-                        [151657, 198, 4913, 606, 788, 330, 450, 13477, 497, 330, 16370, 788, 5212, 9520, 788, 220, 17, 11248, 151658, 151645],
+                        '<tool_call>\n{"name": "decrement", "arguments": {"step": 2}}\n</tool_call><|im_end|>',
                         # "I won't increment<|im_end|>"
-                        [40, 2765, 944, 16252, 151645, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643, 151643],
+                        "I won't increment<|im_end|>",
                     ],
                     device=input_ids.device,
                 )
                 # fmt: on
             else:  # second call will only have two inputs in the batch, because two examples have a tool call.
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
                         # 'Done!<|im_end|>'
-                        [17453, 0, 151645],
+                        'Done!<|im_end|>',
                         # 'Done!<|im_end|>'
-                        [17453, 0, 151645],
+                        'Done!<|im_end|>',
                     ],
                     device=input_ids.device,
                 )
@@ -3330,12 +3333,13 @@ class TestGRPOTrainer(TrlTestCase):
 
         # Distinct-length completions within the group give reward variance, so advantages are non-zero.
         def fake_generate(input_ids, **kwargs):
+            # ppm_trl (offline): the texts, in the tiny tokenizer (tiny_ids pads with its pad token)
             rows = [
-                [17453, 0, 151645, 151643, 151643, 151643],  # 'Done!' + eos + pad
-                [17453, 17453, 0, 151645, 151643, 151643],  # 'DoneDone!' + eos + pad
-                [17453, 17453, 17453, 0, 151645, 151643],  # 'DoneDoneDone!' + eos + pad
+                "Done!<|im_end|>",  # 'Done!' + eos + pad
+                "DoneDone!<|im_end|>",  # 'DoneDone!' + eos + pad
+                "DoneDoneDone!<|im_end|>",  # 'DoneDoneDone!' + eos + pad
             ]
-            completion_ids = torch.tensor([rows[i % 3] for i in range(input_ids.shape[0])], device=input_ids.device)
+            completion_ids = tiny_ids([rows[i % 3] for i in range(input_ids.shape[0])], device=input_ids.device)
             return torch.cat([input_ids, completion_ids], dim=-1)
 
         def reward_len(completions, **kwargs):
@@ -3401,14 +3405,14 @@ class TestGRPOTrainer(TrlTestCase):
             # If input_ids.shape[0] < 3, it means that it's a second call, which should not happen here
             assert input_ids.shape[0] == 3
             # fmt: off
-            completion_ids = torch.tensor(
+            completion_ids = tiny_ids(
                 [
                     # '<tool_call>\n{"arguments": {"a": 3, "b": 4}}\n</tool_call><|im_end|>'
-                    [151657, 198, 4913, 16370, 788, 5212, 64, 788, 220, 18, 11, 330, 65, 788, 220, 19, 11248, 151658, 151645, 151643, 151643, 151643, 151643, 151643],
+                    '<tool_call>\n{"arguments": {"a": 3, "b": 4}}\n</tool_call><|im_end|>',
                     # '<toolcall>\n{"arguments": {"a": 3, "b": 4}}\n</toolcall><|im_end|>'
-                    [27, 14172, 6659, 397, 4913, 16370, 788, 5212, 64, 788, 220, 18, 11, 330, 65, 788, 220, 19, 11248, 522, 14172, 6659, 29, 151645],
+                    '<toolcall>\n{"arguments": {"a": 3, "b": 4}}\n</toolcall><|im_end|>',
                     # '<tool_call>\n{"arguments": {a: 3, b: 4}}\n</tool_call><|im_end|>'
-                    [151657, 198, 4913, 16370, 788, 314, 64, 25, 220, 18, 11, 293, 25, 220, 19, 11248, 151658, 151645, 151643, 151643, 151643, 151643, 151643, 151643],
+                    '<tool_call>\n{"arguments": {a: 3, b: 4}}\n</tool_call><|im_end|>',
                 ],
                 device=input_ids.device,
             )
@@ -3959,7 +3963,7 @@ class TestGRPOTrainerVLM(TrlTestCase):
         def fake_generate(input_ids, **kwargs):
             if input_ids.shape[0] == 2:  # first call: num_generations=2 completions for 1 prompt
                 # fmt: off
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
                         # '<tool_call>\n<function=screenshot_tool>\n</function>\n</tool_call><|im_end|>'
                         [248058, 198, 27, 1628, 13744, 30091, 22076, 29, 198, 510, 1628, 29, 198, 248059, 248046],
@@ -3970,7 +3974,7 @@ class TestGRPOTrainerVLM(TrlTestCase):
                 )
                 # fmt: on
             else:  # second call: 1 tool call succeeded
-                completion_ids = torch.tensor(
+                completion_ids = tiny_ids(
                     [
                         # 'Done!<|im_end|>'
                         [16936, 0, 248046],

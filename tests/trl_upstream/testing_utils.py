@@ -35,13 +35,19 @@ from transformers.utils import (
 from trl.import_utils import (
     is_harbor_available,
     is_jmespath_available,
-    is_joblib_available,
     is_liger_kernel_available,
     is_math_verify_available,
     is_mergekit_available,
     is_openreward_available,
     is_vllm_available,
 )
+
+
+# ppm_trl: TRL 1.16.0's trl.import_utils has no is_joblib_available (this file is from a later snapshot).
+def is_joblib_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("joblib") is not None
 
 
 require_bitsandbytes = pytest.mark.skipif(not is_bitsandbytes_available(), reason="test requires bitsandbytes")

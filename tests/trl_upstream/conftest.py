@@ -1,0 +1,332 @@
+"""Runs TRL's own GRPO tests (test_grpo_trainer.py, vendored) against our trainers, offline (ours, not TRL's).
+
+Each test of TRL's file runs once per selected trainer, with `GRPOTrainer` and `GRPOConfig` of the test module swapped
+for the trainer and its config (`trl_method` below): the method is active (PPM's segment advantages from the
+programmatic progress scorer, PAPO's decoupled advantages from the programmatic process scorer, ARG's reference
+guidance), the datasets carry the methods' columns (offline.py), and every TRL field the test does not set keeps
+TRL's default (the test was written against `GRPOConfig`). `grpo` is TRL's own trainer, the baseline.
+
+What runs (environment variables; `make test-trl-upstream` sets them):
+* `TRL_UPSTREAM_METHODS` (default `ppm,papo,arg`): the trainers;
+* `TRL_UPSTREAM_FULL` (default: chosen from the commit, `full_method()`): the one trainer that runs the whole file;
+  the others run `CORE`, the construction, reward, advantage and refusal tests. `all` runs the whole file for all.
+
+Expected refusals live in README.md ("TRL's own GRPO tests", the table after "Expected refusals"): such a test must
+raise an error whose message names the option and the alternative the table gives; it fails when it passes (the
+refusal is gone: remove the row) and when it fails otherwise. Every other failure is a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from . import offline
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+UPSTREAM_MODULE = "test_grpo_trainer"
+
+# The trainers, in the order the full file rotates through them (`full_method`); `grpo` is TRL's, the baseline.
+METHODS = ("ppm", "papo", "arg", "ppm+arg", "papo+arg", "grpo")
+DEFAULT_METHODS = "ppm,papo,arg"
+
+# Tests of TRL's file that need no trainer: run once, not per trainer.
+NO_TRAINER_CLASSES = {"TestTransformersContinuousBatchingContract"}
+
+# The tests every selected trainer runs on every CI run (by TRL's test name, parameters included): construction
+# (with and without args, TRL's argument checks), the reward paths (functions, models, weights, None, async, extra
+# columns, processing classes, metrics), the advantage paths (scale_rewards, aggregation, loss types, the
+# sequence-level and off-policy options our methods refuse) and the environment / tool paths (multi-turn rollouts,
+# environment-owned reward and data). The rest of the file (training-loop variants: eval, iterable datasets, PEFT,
+# entropy, gradient accumulation, generation kwargs, ...) runs for one trainer per CI run (`full_method`).
+CORE = {
+    "test_compute_entropy_mask_0",
+    "test_generate_prefers_rollout_func",
+    "test_generate_rollout_func_raises_when_required_keys_are_missing",
+    "test_init_minimal",
+    "test_train_dataset_format",
+    "test_train_loss_types",
+    "test_train_reward_func_standard",
+    "test_train_reward_func_conversational",
+    "test_train_multiple_reward_funcs",
+    "test_train_sync_and_async_reward_funcs",
+    "test_train_multiple_reward_funcs_with_None_output",
+    "test_train_multiple_reward_funcs_with_weights",
+    "test_reward_metric_reflects_reward_weights",
+    "test_train_multiple_mixed_reward_funcs",
+    "test_train_reward_func_additional_column",
+    "test_train_different_reward_model",
+    "test_train_with_off_policy_mask",
+    "test_train_normalize_then_sum_aggregation",
+    "test_train_scale_rewards",
+    "test_train_sequence_importance_sampling",
+    "test_warning_raised_all_rewards_none",
+    "test_train_with_tools",
+    "test_train_with_environment_factory",
+    "test_train_with_environment_owned_reward",
+    "test_train_with_environment_owned_data",
+    "test_no_reward_source_raises",
+    "test_dataset_required_without_environment",
+    "test_environment_owned_data_requires_max_steps",
+    "test_mismatched_reward_processing_classes_length",
+    "test_correct_reward_processing_classes_list",
+}
+
+# Tests that cannot run offline here, by TRL's test name (fnmatch): they need a Hub model or dataset that has no
+# tiny local stand-in. (TRL's own skips — GPU, vLLM, liger, bitsandbytes, kernels, deepspeed — stay TRL's markers.)
+OFFLINE_SKIPS = {
+    "TestGRPOTrainerVLM::*": "needs the Hub's tiny vision-language models and the zen-image datasets (network)",
+    "test_trust_remote_code": "needs the Hub's tiny-RemoteForCausalLM and its remote code (network)",
+    "test_train_moe_peft_model": "needs the Hub's tiny-GptOssForCausalLM (network)",
+    "test_train[[]trl-internal-testing/tiny-Qwen3MoeForCausalLM[]]":
+        "architecture sweep: offline the Qwen3-MoE id is a stand-in for the tiny Qwen2 model, which "
+        "test_train[...Qwen2ForCausalLM-2.5] already trains",
+}
+
+
+def selected_methods() -> list[str]:
+    names = [name.strip() for name in os.environ.get("TRL_UPSTREAM_METHODS", DEFAULT_METHODS).split(",") if name.strip()]
+    unknown = [name for name in names if name not in METHODS]
+    if unknown:
+        raise pytest.UsageError(f"TRL_UPSTREAM_METHODS: unknown trainer(s) {unknown}; accepted: {', '.join(METHODS)}")
+    return names
+
+
+def full_method(methods: list[str]) -> str:
+    """The trainer that runs TRL's whole file: `TRL_UPSTREAM_FULL`, else one of `methods` chosen by the commit
+    (the commit hash modulo their number: every commit picks one, and successive commits spread over all)."""
+    chosen = os.environ.get("TRL_UPSTREAM_FULL", "").strip()
+    if chosen:
+        if chosen != "all" and chosen not in METHODS:
+            raise pytest.UsageError(f"TRL_UPSTREAM_FULL={chosen!r}; accepted: all, {', '.join(METHODS)}")
+        return chosen
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return methods[int(commit, 16) % len(methods)] if re.fullmatch(r"[0-9a-f]{40}", commit) else methods[0]
+
+
+# ------------------------------------------------------------------------------------ the README's refusal table
+class Refusal(NamedTuple):
+    test: str  # TRL's test name (fnmatch pattern, parameters included)
+    trainers: tuple[str, ...]
+    option: str  # the message names it...
+    alternative: str  # ...and this
+    reason: str
+
+
+def readme_refusals(text: str | None = None) -> list[Refusal]:
+    """The rows of the expected-refusal table of README.md's section "TRL's own GRPO tests"."""
+    text = README.read_text(encoding="utf-8") if text is None else text
+    section = text.split("## TRL's own GRPO tests", 1)
+    if len(section) != 2:
+        raise ValueError("README.md has no section \"## TRL's own GRPO tests\"")
+    body = re.split(r"\n## ", section[1], maxsplit=1)[0]
+    table = body.split("Expected refusals", 1)
+    if len(table) != 2:
+        raise ValueError("README.md, \"TRL's own GRPO tests\": no \"Expected refusals\" table")
+    rows = []
+    for line in table[1].splitlines():
+        line = line.strip()
+        if not line.startswith("|"):
+            if rows:
+                break  # the table ended
+            continue
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) != 5 or set(cells[0]) <= set("-: ") or cells[0].lower() == "test":
+            continue
+        test, trainers, option, alternative, reason = cells
+        rows.append(Refusal(_code(test), tuple(_code(t) for t in trainers.split(",")), _code(option),
+                            _code(alternative), reason))
+    if not rows:
+        raise ValueError("README.md, \"TRL's own GRPO tests\": the expected-refusal table has no rows")
+    for row in rows:
+        unknown = [t for t in row.trainers if t not in METHODS]
+        if unknown or not row.option or not row.alternative:
+            raise ValueError(f"README.md expected-refusal row {row}: trainers must be among {METHODS}, and the "
+                             "option and the alternative must be given")
+    return rows
+
+
+def _code(cell: str) -> str:
+    cell = cell.strip()
+    return cell[1:-1] if len(cell) >= 2 and cell[0] == cell[-1] == "`" else cell
+
+
+def upstream_name(item) -> str:
+    """TRL's own name of a test item, `Class::test[params]`, without our trainer's parameter id."""
+    name = item.name
+    method = getattr(getattr(item, "callspec", None), "params", {}).get("trl_method") or "none"
+    head, bracket, params = name.partition("[")
+    if bracket:
+        parts = params[:-1].split("-")
+        # our id is among the parameter ids (first, as pytest orders them): drop that one token
+        for index in range(len(parts) - 1, -1, -1):
+            if parts[index] == method:
+                del parts[index]
+                break
+        name = head + (f"[{'-'.join(parts)}]" if parts else "")
+    return f"{item.cls.__name__}::{name}" if getattr(item, "cls", None) else name
+
+
+def _matches(pattern: str, name: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name.split("::", 1)[-1], pattern)
+
+
+REFUSAL = pytest.StashKey[Refusal]()
+METHOD = pytest.StashKey[str]()
+
+
+# ------------------------------------------------------------------------------------------------ collection
+def pytest_report_header(config):
+    methods = selected_methods()
+    return [f"TRL upstream GRPO tests: trainers {', '.join(methods)}; the whole file for "
+            f"{full_method(methods)}, the CORE tests for the others"]
+
+
+def pytest_generate_tests(metafunc):
+    if metafunc.module.__name__.rsplit(".", 1)[-1] != UPSTREAM_MODULE or "trl_method" not in metafunc.fixturenames:
+        return
+    if metafunc.cls is not None and metafunc.cls.__name__ in NO_TRAINER_CLASSES:
+        metafunc.parametrize("trl_method", [None], ids=["none"], indirect=True)
+        return
+    metafunc.parametrize("trl_method", selected_methods(), indirect=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    methods = selected_methods()
+    full = full_method(methods)
+    refusals = None
+    kept, deselected = [], []
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] != UPSTREAM_MODULE:
+            kept.append(item)
+            continue
+        method = item.callspec.params.get("trl_method") if hasattr(item, "callspec") else None
+        name = upstream_name(item)
+        if method is not None and full not in ("all", method) and item.originalname not in CORE:
+            deselected.append(item)
+            continue
+        kept.append(item)
+        item.add_marker(pytest.mark.trl_upstream)
+        if method is not None:
+            item.stash[METHOD] = method
+        for pattern, reason in OFFLINE_SKIPS.items():
+            if _matches(pattern, name):
+                item.add_marker(pytest.mark.skip(reason=f"offline: {reason}"))
+        hub_params = [value for value in getattr(getattr(item, "callspec", None), "params", {}).values()
+                      if isinstance(value, str) and value.count("/") == 1 and "." not in value.split("/")[0]
+                      and value not in offline.HUB_MODELS and value.split("/")[0] in ("trl-internal-testing",
+                                                                                        "Qwen", "HuggingFaceTB")]
+        if hub_params:
+            item.add_marker(pytest.mark.skip(reason=f"offline: needs the Hub model {hub_params[0]} (network)"))
+        if refusals is None:
+            refusals = readme_refusals()
+        for refusal in refusals:
+            if method in refusal.trainers and _matches(refusal.test, name):
+                item.stash[REFUSAL] = refusal
+                break
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
+
+
+# ----------------------------------------------------------------------------------------- the trainer swap
+def _trainer_and_config(method: str):
+    """(trainer class, config factory) of `method`: the factory builds the method's config with TRL's default for
+    every TRL field the test leaves unset (the method's own fields keep their defaults)."""
+    import torch
+    from trl import GRPOConfig, GRPOTrainer
+
+    if method == "grpo":
+        trainer, config = GRPOTrainer, GRPOConfig
+    else:
+        from ppm_trl.methods import get_method
+
+        trainer, config = get_method(method).trainer_class(), get_method(method).config_class()
+    trl_fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    # TRL 1.16's GRPOConfig turns bf16 on by default, which transformers refuses without a bf16 GPU ("Your setup
+    # doesn't support bf16/gpu"); TRL's tests leave it at that default. On a CPU it is off, for every trainer.
+    trl_defaults = {} if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else {"bf16": False}
+    for f in dataclasses.fields(config) if config is not GRPOConfig else ():
+        # gradient_accumulation_steps stays unset (None): our configs then derive it as TRL's 1 where groups fit
+        if f.name not in trl_fields or f.name == "gradient_accumulation_steps" or not f.init:
+            continue
+        ours, theirs = _default(f), _default(trl_fields[f.name])
+        if ours is not dataclasses.MISSING and theirs is not dataclasses.MISSING and ours != theirs:
+            trl_defaults[f.name] = theirs
+
+    def build_config(*args, **kwargs):
+        values = {**trl_defaults, **kwargs}
+        if "arg_min_continuation_tokens" in {f.name for f in dataclasses.fields(config)}:
+            # ARG leaves a continuation at least 16 tokens of the budget; TRL's tests use budgets of 8-32 tokens.
+            budget = values.get("max_completion_length", trl_fields["max_completion_length"].default)
+            values.setdefault("arg_min_continuation_tokens", max(1, min(16, budget // 2)))
+        return config(*args, **values)
+
+    build_config.__name__ = build_config.__qualname__ = f"{config.__name__}WithTRLDefaults"
+    return trainer, build_config
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+@pytest.fixture(scope="session")
+def _offline_hub(tmp_path_factory):
+    import huggingface_hub.constants
+
+    root = offline.hub_cache(str(tmp_path_factory.mktemp("hub")))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", root)
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        yield root
+
+
+@pytest.fixture(autouse=True)
+def trl_method(request, monkeypatch, tmp_path, _offline_hub):
+    """The trainer under test (None: a test of TRL's file that builds no trainer)."""
+    method = getattr(request, "param", None)
+    monkeypatch.chdir(tmp_path)  # a trainer built without args writes to `<model>-<METHOD>` under the cwd
+    if method is None:
+        return None
+    trainer, config = _trainer_and_config(method)
+    monkeypatch.setattr(request.module, "GRPOTrainer", trainer)
+    monkeypatch.setattr(request.module, "GRPOConfig", config)
+    return method
+
+
+# --------------------------------------------------------------------------------------- expected refusals
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    refusal = pyfuncitem.stash.get(REFUSAL, None)
+    if refusal is None:
+        return (yield)
+    method = pyfuncitem.stash.get(METHOD, None)
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - any error is checked against the README row
+        message = str(error)
+        missing = [what for what in (refusal.option, refusal.alternative) if what not in message]
+        if missing:
+            raise AssertionError(
+                f"README.md lists {refusal.test} as refused by {method} with a message naming {refusal.option!r} "
+                f"and {refusal.alternative!r}; the error does not name {missing}: {type(error).__name__}: {message}"
+            ) from error
+        return True
+    pytest.fail(f"README.md lists {refusal.test} as refused by {method} ({refusal.reason}), but it passed: the "
+                "refusal is gone, remove its row from the expected-refusal table", pytrace=False)
