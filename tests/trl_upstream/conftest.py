@@ -19,7 +19,6 @@ refusal is gone: remove the row) and when it fails otherwise. Every other failur
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import os
 import re
 import subprocess
@@ -49,7 +48,6 @@ NO_TRAINER_CLASSES = {"TestTransformersContinuousBatchingContract"}
 # entropy, gradient accumulation, generation kwargs, ...) runs for one trainer per CI run (`full_method`).
 CORE = {
     "test_compute_entropy_mask_0",
-    "test_generate_prefers_rollout_func",
     "test_generate_rollout_func_raises_when_required_keys_are_missing",
     "test_init_minimal",
     "test_train_dataset_format",
@@ -80,16 +78,10 @@ CORE = {
     "test_correct_reward_processing_classes_list",
 }
 
-# Tests that cannot run offline here, by TRL's test name (fnmatch): they need a Hub model or dataset that has no
-# tiny local stand-in. (TRL's own skips — GPU, vLLM, liger, bitsandbytes, kernels, deepspeed — stay TRL's markers.)
-OFFLINE_SKIPS = {
-    "TestGRPOTrainerVLM::*": "needs the Hub's tiny vision-language models and the zen-image datasets (network)",
-    "test_trust_remote_code": "needs the Hub's tiny-RemoteForCausalLM and its remote code (network)",
-    "test_train_moe_peft_model": "needs the Hub's tiny-GptOssForCausalLM (network)",
-    "test_train[[]trl-internal-testing/tiny-Qwen3MoeForCausalLM[]]":
-        "architecture sweep: offline the Qwen3-MoE id is a stand-in for the tiny Qwen2 model, which "
-        "test_train[...Qwen2ForCausalLM-2.5] already trains",
-}
+# What does not run here, and why, is README.md's "Not run here" table (read by `readme_tables`), beside TRL's own
+# skip markers (GPU, vLLM, liger, bitsandbytes, kernels, deepspeed), which stay as TRL wrote them. A test whose
+# parameters name a Hub model without a local stand-in (offline.HUB_MODELS) is skipped too, naming the model.
+HUB_ORGS = ("trl-internal-testing", "Qwen", "HuggingFaceTB")
 
 
 def selected_methods() -> list[str]:
@@ -118,43 +110,64 @@ def full_method(methods: list[str]) -> str:
 
 # ------------------------------------------------------------------------------------ the README's refusal table
 class Refusal(NamedTuple):
-    test: str  # TRL's test name (fnmatch pattern, parameters included)
+    test: str  # TRL's test name (a pattern: `*` matches anything), parameters included
     trainers: tuple[str, ...]
-    option: str  # the message names it...
+    option: str  # the refusal's message names it...
     alternative: str  # ...and this
     reason: str
 
 
-def readme_refusals(text: str | None = None) -> list[Refusal]:
-    """The rows of the expected-refusal table of README.md's section "TRL's own GRPO tests"."""
+class NotRun(NamedTuple):
+    test: str
+    trainers: tuple[str, ...]
+    marked: str  # `skip`, or `xfail` (strict: it must keep failing)
+    reason: str
+
+
+def readme_tables(text: str | None = None) -> tuple[list[Refusal], list[NotRun]]:
+    """The "Expected refusals" and "Not run here" tables of README.md's section "TRL's own GRPO tests"."""
     text = README.read_text(encoding="utf-8") if text is None else text
-    section = text.split("## TRL's own GRPO tests", 1)
+    section = text.split("\n## TRL's own GRPO tests\n", 1)
     if len(section) != 2:
         raise ValueError("README.md has no section \"## TRL's own GRPO tests\"")
     body = re.split(r"\n## ", section[1], maxsplit=1)[0]
-    table = body.split("Expected refusals", 1)
-    if len(table) != 2:
-        raise ValueError("README.md, \"TRL's own GRPO tests\": no \"Expected refusals\" table")
+    refusals = [Refusal(test, trainers, option, alternative, reason)
+                for test, trainers, option, alternative, reason in _table(body, "Expected refusals", 5)]
+    not_run = [NotRun(test, trainers, marked, reason) for test, trainers, marked, reason in _table(body, "Not run here", 4)]
+    for row in refusals:
+        if not row.option or not row.alternative:
+            raise ValueError(f"README.md expected refusal {row}: the option and the alternative must be given")
+    for row in not_run:
+        if row.marked not in ("skip", "xfail"):
+            raise ValueError(f"README.md \"Not run here\" row {row}: `marked` must be skip or xfail")
+    return refusals, not_run
+
+
+def _table(body: str, title: str, width: int) -> list[list]:
+    """The rows (cells, backticks removed; the trainers cell as a tuple) of the table after the line `title`."""
+    lines = body.split(f"\n{title}", 1)
+    if len(lines) != 2:
+        raise ValueError(f"README.md, \"TRL's own GRPO tests\": no \"{title}\" table")
     rows = []
-    for line in table[1].splitlines():
+    for line in lines[1].splitlines()[1:]:
         line = line.strip()
         if not line.startswith("|"):
-            if rows:
-                break  # the table ended
+            if rows:  # the first line after the table ends it
+                break
             continue
         cells = [cell.strip() for cell in line.strip("|").split("|")]
-        if len(cells) != 5 or set(cells[0]) <= set("-: ") or cells[0].lower() == "test":
+        if len(cells) != width:
+            raise ValueError(f"README.md, \"{title}\": a row of {len(cells)} cells, not {width}: {line}")
+        if set(cells[0]) <= set("-: ") or cells[0] == "Test":
             continue
-        test, trainers, option, alternative, reason = cells
-        rows.append(Refusal(_code(test), tuple(_code(t) for t in trainers.split(",")), _code(option),
-                            _code(alternative), reason))
+        trainers = tuple(_code(t) for t in cells[1].split(","))
+        trainers = METHODS if trainers == ("all",) else trainers
+        unknown = [t for t in trainers if t not in METHODS]
+        if unknown:
+            raise ValueError(f"README.md, \"{title}\": unknown trainer(s) {unknown} in {line}")
+        rows.append([_code(cells[0]), trainers, *(_code(cell) for cell in cells[2:])])
     if not rows:
-        raise ValueError("README.md, \"TRL's own GRPO tests\": the expected-refusal table has no rows")
-    for row in rows:
-        unknown = [t for t in row.trainers if t not in METHODS]
-        if unknown or not row.option or not row.alternative:
-            raise ValueError(f"README.md expected-refusal row {row}: trainers must be among {METHODS}, and the "
-                             "option and the alternative must be given")
+        raise ValueError(f"README.md, \"TRL's own GRPO tests\": the \"{title}\" table has no rows")
     return rows
 
 
@@ -180,7 +193,10 @@ def upstream_name(item) -> str:
 
 
 def _matches(pattern: str, name: str) -> bool:
-    return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name.split("::", 1)[-1], pattern)
+    """`pattern` (`*`: anything; every other character literal, brackets included) matches TRL's test name, with or
+    without its class."""
+    regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+    return any(re.fullmatch(regex, candidate) for candidate in (name, name.split("::", 1)[-1]))
 
 
 REFUSAL = pytest.StashKey[Refusal]()
@@ -206,36 +222,36 @@ def pytest_generate_tests(metafunc):
 def pytest_collection_modifyitems(config, items):
     methods = selected_methods()
     full = full_method(methods)
-    refusals = None
+    tables = None
     kept, deselected = [], []
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] != UPSTREAM_MODULE:
             kept.append(item)
             continue
         method = item.callspec.params.get("trl_method") if hasattr(item, "callspec") else None
-        name = upstream_name(item)
         if method is not None and full not in ("all", method) and item.originalname not in CORE:
             deselected.append(item)
             continue
         kept.append(item)
         item.add_marker(pytest.mark.trl_upstream)
+        name = upstream_name(item)
+        refusals, not_run = tables = tables or readme_tables()
+        for row in not_run:
+            if (method is None or method in row.trainers) and _matches(row.test, name):
+                marker = pytest.mark.skip if row.marked == "skip" else pytest.mark.xfail
+                item.add_marker(marker(reason=row.reason) if row.marked == "skip"
+                                else marker(reason=row.reason, strict=True))
+                break
+        hub_models = [value for value in getattr(getattr(item, "callspec", None), "params", {}).values()
+                      if isinstance(value, str) and value.split("/")[0] in HUB_ORGS and value not in offline.HUB_MODELS]
+        if hub_models:
+            item.add_marker(pytest.mark.skip(reason=f"offline: needs the Hub model {hub_models[0]} (network)"))
         if method is not None:
             item.stash[METHOD] = method
-        for pattern, reason in OFFLINE_SKIPS.items():
-            if _matches(pattern, name):
-                item.add_marker(pytest.mark.skip(reason=f"offline: {reason}"))
-        hub_params = [value for value in getattr(getattr(item, "callspec", None), "params", {}).values()
-                      if isinstance(value, str) and value.count("/") == 1 and "." not in value.split("/")[0]
-                      and value not in offline.HUB_MODELS and value.split("/")[0] in ("trl-internal-testing",
-                                                                                        "Qwen", "HuggingFaceTB")]
-        if hub_params:
-            item.add_marker(pytest.mark.skip(reason=f"offline: needs the Hub model {hub_params[0]} (network)"))
-        if refusals is None:
-            refusals = readme_refusals()
-        for refusal in refusals:
-            if method in refusal.trainers and _matches(refusal.test, name):
-                item.stash[REFUSAL] = refusal
-                break
+            for refusal in refusals:
+                if method in refusal.trainers and _matches(refusal.test, name):
+                    item.stash[REFUSAL] = refusal
+                    break
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
@@ -253,7 +269,7 @@ def _trainer_and_config(method: str):
     else:
         from ppm_trl.methods import get_method
 
-        trainer, config = get_method(method).trainer_class(), get_method(method).config_class()
+        trainer, config = _with_text_scorers(get_method(method).trainer_class()), get_method(method).config_class()
     trl_fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
     # TRL 1.16's GRPOConfig turns bf16 on by default, which transformers refuses without a bf16 GPU ("Your setup
     # doesn't support bf16/gpu"); TRL's tests leave it at that default. On a CPU it is off, for every trainer.
@@ -266,9 +282,15 @@ def _trainer_and_config(method: str):
         if ours is not dataclasses.MISSING and theirs is not dataclasses.MISSING and ours != theirs:
             trl_defaults[f.name] = theirs
 
+    fields = {f.name for f in dataclasses.fields(config)}
+
     def build_config(*args, **kwargs):
         values = {**trl_defaults, **kwargs}
-        if "arg_min_continuation_tokens" in {f.name for f in dataclasses.fields(config)}:
+        if "correct_threshold" in fields:
+            # PAPO: a response is correct when its reward is ≥ 1 by default (a 0/1 verifier); TRL's tests reward with
+            # a tiny reward model (scores around 0) and functions of the text, so 0 splits their groups instead.
+            values.setdefault("correct_threshold", 0.0)
+        if "arg_min_continuation_tokens" in fields:
             # ARG leaves a continuation at least 16 tokens of the budget; TRL's tests use budgets of 8-32 tokens.
             budget = values.get("max_completion_length", trl_fields["max_completion_length"].default)
             values.setdefault("arg_min_continuation_tokens", max(1, min(16, budget // 2)))
@@ -276,6 +298,52 @@ def _trainer_and_config(method: str):
 
     build_config.__name__ = build_config.__qualname__ = f"{config.__name__}WithTRLDefaults"
     return trainer, build_config
+
+
+TRAINERS_BUILT = pytest.StashKey[list]()
+_building: list | None = None  # the trainers the running test builds (set by `trl_method`)
+
+
+def _with_text_scorers(trainer_class):
+    """`trainer_class` with the text scorers of offline.py as its default PPM progress / PAPO process scorer (a
+    scorer passed explicitly wins); it records every trainer built, for `trl_method`'s check that the method ran."""
+    import inspect
+
+    parameters = inspect.signature(trainer_class.__init__).parameters
+    scorers = {name: factory for name, factory in (("progress_scorer", offline.TextProgress),
+                                                   ("process_scorer", offline.TextProcess)) if name in parameters}
+    if "progress_scorer" not in parameters and any(c.__name__.startswith("PPM") for c in trainer_class.__mro__):
+        scorers["progress_scorer"] = offline.TextProgress  # a composed trainer passes it on in **kwargs
+
+    def __init__(self, *args, **kwargs):
+        for name, factory in scorers.items():
+            if kwargs.get(name) is None:
+                kwargs[name] = factory()
+        if _building is not None:
+            _building.append(self)
+        trainer_class.__init__(self, *args, **kwargs)
+
+    namespace = {"__init__": __init__, "__module__": __name__, "__doc__": trainer_class.__doc__}
+    for hook in ("compute_advantages", "_guide_failed_groups"):
+        if hasattr(trainer_class, hook):
+            namespace[hook] = _counted(hook, getattr(trainer_class, hook))
+    return type(trainer_class.__name__, (trainer_class,), namespace)
+
+
+def _counted(name, function):
+    def counted(self, *args, **kwargs):
+        self.__dict__.setdefault("_method_hook_calls", {}).setdefault(name, 0)
+        self._method_hook_calls[name] += 1
+        return function(self, *args, **kwargs)
+
+    return counted
+
+
+# The hooks in which each method does its work, once per training generation batch: PPM's and PAPO's advantages
+# (`compute_advantages`), ARG's guidance of the batch's all-failure groups (`_guide_failed_groups`).
+METHOD_HOOKS = {"ppm": ("compute_advantages",), "papo": ("compute_advantages",), "arg": ("_guide_failed_groups",),
+                "ppm+arg": ("compute_advantages", "_guide_failed_groups"),
+                "papo+arg": ("compute_advantages", "_guide_failed_groups")}
 
 
 def _default(f: dataclasses.Field):
@@ -303,11 +371,37 @@ def trl_method(request, monkeypatch, tmp_path, _offline_hub):
     method = getattr(request, "param", None)
     monkeypatch.chdir(tmp_path)  # a trainer built without args writes to `<model>-<METHOD>` under the cwd
     if method is None:
-        return None
+        yield None
+        return
+    global _building
     trainer, config = _trainer_and_config(method)
     monkeypatch.setattr(request.module, "GRPOTrainer", trainer)
     monkeypatch.setattr(request.module, "GRPOConfig", config)
-    return method
+    _building = built = []
+    try:
+        yield method
+    finally:
+        _building = None
+    report = request.node.stash.get(CALL_REPORT, None)
+    if report is None or not report.passed or REFUSAL in request.node.stash:
+        return
+    for instance in built:  # a trainer that trained ran its method's hooks
+        steps = getattr(getattr(instance, "state", None), "global_step", 0)
+        calls = instance.__dict__.get("_method_hook_calls", {})
+        for hook in METHOD_HOOKS.get(method, ()) if steps else ():
+            assert calls.get(hook), (f"{type(instance).__name__} trained {steps} step(s) without calling its "
+                                     f"method's `{hook}`: the method did not run")
+
+
+CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_REPORT] = report
+    return report
 
 
 # --------------------------------------------------------------------------------------- expected refusals

@@ -118,3 +118,35 @@ def tiny_ids(texts, device=None):
     width = max(len(row) for row in rows)
     rows = [row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows]
     return torch.tensor(rows, device=device)
+
+
+# ------------------------------------------------------------------------ scorers that need no judge and no column
+# TRL's tests train a random tiny model against TRL's own reward functions and models; its completions reach none of
+# a task's reasoning points, so the built-in programmatic scorers would score every completion 0 and PPM's progress
+# and PAPO's A_proc would never move. These score the text itself (deterministic, no column read), so both
+# advantages get signal from every batch and the method's own path runs in every test.
+class TextProgress:
+    """PPM progress scorer: a prefix reaches point k of `points` when it holds ≥ `chars_per_point`·k non-space
+    characters (progress = points reached / `points`)."""
+
+    def __init__(self, points: int = 3, chars_per_point: int = 4):
+        self.points, self.chars_per_point = points, chars_per_point
+        self.calls = 0
+
+    def __call__(self, rows, texts):
+        import torch
+
+        self.calls += 1
+        return torch.tensor([[min(self.points, len("".join(text.split())) // self.chars_per_point) / self.points
+                              for text in row_texts] for row_texts in texts], dtype=torch.float32)
+
+
+class TextProcess:
+    """PAPO process scorer: the share of distinct characters in a (correct) response (0 for an empty one)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, rows, texts):
+        self.calls += 1
+        return [len(set(text)) / len(text) if text else 0.0 for text in texts]
