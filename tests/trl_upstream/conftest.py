@@ -287,9 +287,11 @@ def _trainer_and_config(method: str):
     def build_config(*args, **kwargs):
         values = {**trl_defaults, **kwargs}
         if "correct_threshold" in fields:
-            # PAPO: a response is correct when its reward is ≥ 1 by default (a 0/1 verifier); TRL's tests reward with
-            # a tiny reward model (scores around 0) and functions of the text, so 0 splits their groups instead.
-            values.setdefault("correct_threshold", 0.0)
+            # PAPO: a response is correct when its reward is ≥ 1 (a 0/1 verifier), and only correct responses get a
+            # process advantage. TRL's tests reward with a random tiny reward model and functions of the text, which
+            # no threshold splits reliably (a group all below it has zero advantage: nothing would train). So every
+            # response counts as correct: A_out is 0 and A_proc, the text scorer normalised over the group, trains.
+            values.setdefault("correct_threshold", float("-inf"))
         if "arg_min_continuation_tokens" in fields:
             # ARG leaves a continuation at least 16 tokens of the budget; TRL's tests use budgets of 8-32 tokens.
             budget = values.get("max_completion_length", trl_fields["max_completion_length"].default)
