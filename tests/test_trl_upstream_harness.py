@@ -145,7 +145,18 @@ def test_text_scorers_give_signal_in_range():
 
     progress = TextProgress()([{}, {}], [["", "abcd", "abcd efgh", "abcdefghijklmnop"], ["x", "x", "x", "x"]])
     assert progress.flatten().tolist() == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0, 0.0, 0.0, 0.0, 0.0])
-    assert TextProcess()([{}, {}, {}], ["aaaa", "abcd", ""]) == [0.25, 1.0, 0.0]
+    scores = TextProcess()([{}, {}, {}, {}], ["I won't", "Done!", "abcd", ""])
+    assert all(0 <= score < 1 for score in scores) and len(set(scores[:3])) == 3 and scores[3] == 0.0
+
+
+def test_composed_trainers_get_both_text_scorers(harness):
+    import inspect
+
+    for method, scorers in (("ppm+arg", ("progress_scorer",)), ("papo+arg", ("process_scorer",)),
+                            ("ppm", ("progress_scorer",)), ("papo", ("process_scorer",))):
+        trainer = harness._trainer_and_config(method)[0]
+        source = inspect.getclosurevars(trainer.__init__).nonlocals["scorers"]
+        assert set(source) == set(scorers), method
 
 
 def test_local_zen_has_zens_prompt_and_our_columns():

@@ -340,8 +340,11 @@ def _with_text_scorers(trainer_class):
     parameters = inspect.signature(trainer_class.__init__).parameters
     scorers = {name: factory for name, factory in (("progress_scorer", offline.TextProgress),
                                                    ("process_scorer", offline.TextProcess)) if name in parameters}
-    if "progress_scorer" not in parameters and any(c.__name__.startswith("PPM") for c in trainer_class.__mro__):
-        scorers["progress_scorer"] = offline.TextProgress  # a composed trainer passes it on in **kwargs
+    bases = {klass.__name__ for klass in trainer_class.__mro__}  # a composed trainer passes them on in **kwargs
+    if "progress_scorer" not in parameters and "PPMGRPOTrainer" in bases:
+        scorers["progress_scorer"] = offline.TextProgress
+    if "process_scorer" not in parameters and "PAPOTrainer" in bases:
+        scorers["process_scorer"] = offline.TextProcess
 
     def __init__(self, *args, **kwargs):
         for name, factory in scorers.items():
