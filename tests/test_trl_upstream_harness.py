@@ -145,7 +145,7 @@ def test_text_scorers_give_signal_in_range():
 
     progress = TextProgress()([{}, {}], [["", "abcd", "abcd efgh", "abcdefghijklmnop"], ["x", "x", "x", "x"]])
     assert progress.flatten().tolist() == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0, 0.0, 0.0, 0.0, 0.0])
-    scores = TextProcess()([{}, {}, {}, {}], ["I won't", "Done!", "abcd", ""])
+    scores = TextProcess()([{}, {}, {}, {}], ["I won't increment", "\nDone!", "abcd", ""])
     assert all(0 <= score < 1 for score in scores) and len(set(scores[:3])) == 3 and scores[3] == 0.0
 
 

@@ -392,6 +392,9 @@ def _offline_hub(tmp_path_factory):
     root = offline.hub_cache(str(tmp_path_factory.mktemp("hub")))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", root)
+        # offline even where huggingface_hub was imported before tests/conftest.py set HF_HUB_OFFLINE (it reads the
+        # variable once, at import): nothing of these tests may reach the network
+        patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
         patch.setenv("HF_HUB_OFFLINE", "1")
         yield root
 

@@ -142,12 +142,14 @@ class TextProgress:
 
 
 class TextProcess:
-    """PAPO process scorer: a checksum of the (correct) response's characters in [0, 1) — any two different texts
-    almost surely differ (a share of distinct characters, say, is 1 for every short random completion)."""
+    """PAPO process scorer: a hash of the (correct) response's text in [0, 1), 0 for an empty one — any two different
+    texts almost surely differ (a share of distinct characters, say, is 1 for every short random completion)."""
 
     def __init__(self):
         self.calls = 0
 
     def __call__(self, rows, texts):
+        import hashlib
+
         self.calls += 1
-        return [sum(map(ord, text)) % 97 / 97 for text in texts]
+        return [int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 16**8 if text else 0.0 for text in texts]
