@@ -90,6 +90,13 @@ def test_patterns_match_literally_but_for_the_star(harness):
     assert not harness._matches("test_x[ab]", "test_x[a]")  # brackets are no character class
 
 
+def test_core_selects_by_parameters_too(harness):
+    assert harness.in_core("TestGRPOTrainer::test_train_loss_types[luspo-False]")
+    assert not harness.in_core("TestGRPOTrainer::test_train_loss_types[bnpo-False]")
+    assert harness.in_core("TestGRPOTrainer::test_init_minimal")
+    assert not harness.in_core("TestGRPOTrainer::test_train_with_eval")
+
+
 def test_upstream_name_drops_only_our_trainer_id(harness):
     def item(name, method):
         return SimpleNamespace(name=name, callspec=SimpleNamespace(params={"trl_method": method}),
