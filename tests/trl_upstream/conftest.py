@@ -2,10 +2,11 @@
 
 from .harness import (  # noqa: F401  (pytest finds hooks and fixtures by their names in this module)
     _offline_hub,
+    pytest_collection_finish,
     pytest_collection_modifyitems,
     pytest_generate_tests,
     pytest_pyfunc_call,
-    pytest_report_header,
     pytest_runtest_makereport,
+    pytest_terminal_summary,
     trl_method,
 )

@@ -218,12 +218,6 @@ METHOD = pytest.StashKey[str]()
 
 
 # ------------------------------------------------------------------------------------------------ collection
-def pytest_report_header(config):
-    methods = selected_methods()
-    return [f"TRL upstream GRPO tests: trainers {', '.join(methods)}; the whole file for "
-            f"{full_method(methods)}, the CORE tests for the others"]
-
-
 def pytest_generate_tests(metafunc):
     if metafunc.module.__name__.rsplit(".", 1)[-1] != UPSTREAM_MODULE or "trl_method" not in metafunc.fixturenames:
         return
@@ -441,12 +435,42 @@ def trl_method(request, monkeypatch, tmp_path, _offline_hub):
 CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 
 
+# trainer → outcome → count, for the summary at the end of the run
+OUTCOMES: dict[str, dict[str, int]] = {}
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
     if report.when == "call":
         item.stash[CALL_REPORT] = report
+    if UPSTREAM_MODULE in item.nodeid and (report.when == "call" or report.skipped or report.failed):
+        method = item.stash.get(METHOD, None) or "none (no trainer)"
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed (strict: failed)"
+        elif report.passed:
+            outcome = "refused as listed" if REFUSAL in item.stash else "passed"
+        else:
+            outcome = report.outcome if report.when == "call" or report.skipped else f"error in {report.when}"
+        counts = OUTCOMES.setdefault(method, {})
+        counts[outcome] = counts.get(outcome, 0) + 1
     return report
+
+
+def pytest_collection_finish(session):
+    if any(UPSTREAM_MODULE in item.nodeid for item in session.items):
+        methods = selected_methods()
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"TRL's GRPO tests: trainers {', '.join(methods)}; the whole file for "
+                                f"{full_method(methods)}, the CORE tests for the others")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if OUTCOMES:
+        terminalreporter.write_sep("-", "TRL's GRPO tests by trainer")
+        for method, counts in OUTCOMES.items():
+            terminalreporter.write_line(f"{method}: " + ", ".join(f"{n} {what}" for what, n in sorted(counts.items())))
 
 
 # --------------------------------------------------------------------------------------- expected refusals
