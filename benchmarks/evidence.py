@@ -707,11 +707,17 @@ def main(argv=None) -> dict:
                    protocol={key: getattr(args, key) for key in (
                        "lrs", "lr_step", "max_extensions", "tuning_seeds", "seeds", "eval_every", "eval_size",
                        "target_line", "ppm_steps", "papo_steps", "arg_steps", "horizons", "papo_n")})
-    tables: list[str] = []
+    tables_by_part: dict[str, list[str]] = summary.setdefault("tables", {})
     for part in PARTS:
         if part in args.parts:
+            tables_by_part[part] = []
             {"ppm": ppm_part, "ppm_robust": ppm_robust_part, "papo": papo_part, "arg": arg_part}[part](
-                args, summary, tables)
+                args, summary, tables_by_part[part])
+    # tables.md holds every part: those not run now keep the tables an earlier invocation wrote into summary.json.
+    missing = [part for part in PARTS if part not in tables_by_part]
+    if missing:
+        print(f"tables.md: no tables yet for {', '.join(missing)} (run --parts {' '.join(missing)})", flush=True)
+    tables = [table for part in PARTS for table in tables_by_part.get(part, [])]
     if PENDING:
         print(f"{len(PENDING)} run(s) of the next step not trained yet (later steps depend on them):\n  "
               + "\n  ".join(PENDING), flush=True)

@@ -235,3 +235,22 @@ def test_evidence_prm_only_is_tuned_for_its_own_reward_not_for_accuracy():
     assert own["prm_only"]["best"] == 1e-3 and sorted(own["prm_only"]["grid"]) == [1e-4, 3e-4, 1e-3, 3e-3]
     by_accuracy = evidence.tune(args, FakeRunner(), ["prm_only"], 3, 10)
     assert by_accuracy["prm_only"]["best"] == pytest.approx(3.33e-5)  # extended below 1e-4, its edge
+
+
+def test_evidence_one_part_keeps_the_other_parts_tables(tmp_path, monkeypatch):
+    """`--parts X` rewrites X's tables in tables.md and keeps the others from the earlier summary.json."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import evidence
+
+    def part(name, text):
+        def run(args, summary, tables):
+            tables.append(f"### {name} {text}")
+        return run
+
+    for name in ("ppm", "ppm_robust", "papo", "arg"):
+        monkeypatch.setattr(evidence, f"{name}_part", part(name, "first"))
+    evidence.main(["--output-dir", str(tmp_path)])
+    monkeypatch.setattr(evidence, "papo_part", part("papo", "second"))
+    evidence.main(["--parts", "papo", "--output-dir", str(tmp_path)])
+    assert (tmp_path / "tables.md").read_text().split("\n\n") == [
+        "### ppm first", "### ppm_robust first", "### papo second", "### arg first\n"]
