@@ -14,7 +14,7 @@ TESTED  := constraints/tested.txt
 LOWER   := constraints/lower.txt
 
 .PHONY: install test demo lint bench bench-evidence bench-quick gpu-smoke clean install-vllm test-vllm \
-	install-lower test-lower test-trl-upstream
+	install-lower test-lower test-trl-upstream test-fast
 
 install: $(STAMP)
 
@@ -38,6 +38,20 @@ $(STAMP): pyproject.toml $(TESTED)
 
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=900 -m "not vllm" $(PYTEST_ARGS)
+
+# The quick check before a commit (goal: under 2 minutes on the 2-core machine): pure math (advantages, segments,
+# points, ARG's guidance), configs, scorers and rewards, the envs, judge response parsing and the judge client against
+# the loopback server, dependency bounds. No trainer step, no vLLM, no subprocess CLI run, nothing marked slow: the
+# files were chosen by their measured durations (`pytest --durations=0`); `make test` runs everything.
+# tests/test_make_targets.py checks that every file named here exists.
+FAST_TESTS ?= tests/test_design_doc.py tests/test_horizons.py tests/test_guidance_step.py tests/test_judge_injection.py \
+	tests/test_import_graph.py tests/test_chain_add.py tests/test_vllm_budget.py tests/test_judge_http.py \
+	tests/test_advantages.py tests/test_scorers.py tests/test_judge_limits.py tests/test_config_defaults.py \
+	tests/test_readme_metrics.py tests/test_arg_core.py tests/test_accelerate_configs.py tests/test_dependencies.py \
+	tests/test_segments.py tests/test_points.py tests/test_multi_add.py tests/test_judge_faults.py tests/test_envs.py \
+	tests/test_estimate.py tests/test_rewards.py tests/test_judge_client.py tests/test_make_targets.py
+test-fast: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=300 -m "not slow and not vllm" $(FAST_TESTS) $(PYTEST_ARGS)
 
 # TRL's own GRPO tests (tests/trl_upstream: TRL's tests/test_grpo_trainer.py, vendored) run offline against our
 # trainers with their method active; README "TRL's own GRPO tests" has what runs, the expected refusals (checked by

@@ -46,3 +46,29 @@ def capture_outputs(trainer):
 
     trainer._generate_and_score_completions = spy
     return outputs
+
+
+# The trainer argument each method's scorer goes to (a callable there; the config field of the same name takes a name)
+SCORER_KEYWORDS = {"ppm": "progress_scorer", "ppm+arg": "progress_scorer", "papo": "process_scorer",
+                   "papo+arg": "process_scorer"}
+
+
+def build_trainer(method: str, output_dir, *, scorer=None, reward_funcs=None, train_dataset=None, eval_dataset=None,
+                  **settings):
+    """A trainer of the registered `method` ("ppm", "papo", "arg", "ppm+arg", "papo+arg") on the tiny model, its
+    config `TINY_ARGS` with `settings` and `output_dir`: by default on the multi_countdown env (2 steps, 4 rows,
+    seed 0) with its outcome reward. `scorer`: the method's progress or process scorer (a callable)."""
+    from ppm_trl.envs import make_dataset
+    from ppm_trl.methods import get_method
+    from ppm_trl.rewards import env_outcome_reward
+    from ppm_trl.tiny import build_tiny_model_and_tokenizer
+
+    registered = get_method(method)
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    args = registered.config_class()(output_dir=str(output_dir), **{**TINY_ARGS, **settings})
+    extra = {} if scorer is None else {SCORER_KEYWORDS[method]: scorer}
+    return registered.trainer_class()(
+        model=model, processing_class=tokenizer, args=args,
+        reward_funcs=env_outcome_reward if reward_funcs is None else reward_funcs,
+        train_dataset=make_dataset("multi_countdown", 2, 4, seed=0) if train_dataset is None else train_dataset,
+        eval_dataset=eval_dataset, **extra)

@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 from datasets import Dataset
-from helpers import TINY_ARGS, capture_outputs, script_generation
+from helpers import TINY_ARGS, build_trainer, capture_outputs, script_generation
 from judge_server import JudgeServer
 
 from ppm_trl.configs import PAPOARGConfig, PAPOConfig, PPMARGConfig, PPMConfig
@@ -170,27 +170,6 @@ def test_overlap_on_and_off_train_identically_with_the_loopback_judge(tmp_path, 
     assert any(log.get("ppm/scorer_requests", 0) > 0 for log in _logged(on))
 
 
-def test_judge_requests_reach_the_server_before_the_log_prob_pass_runs(tmp_path, monkeypatch):
-    """The old-policy log-prob pass (a no-grad forward of the policy; generation is scripted, so the only one) waits
-    until the judge server has seen a grading request. Overlapped, the requests are already out; sequential code
-    would send them only after that pass, so the wait would time out and the test fail."""
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
-    seen_before_pass = []
-
-    def hook(trainer):
-        probe_requests = server.requests
-
-        def before_forward(module, args):
-            if not torch.is_grad_enabled():  # the log-prob passes run under no_grad, training forwards do not
-                seen_before_pass.append(_wait_until(lambda: server.requests > probe_requests, seconds=20))
-
-        trainer.model.register_forward_pre_hook(before_forward)
-
-    with JudgeServer(latency=0.2) as server:
-        _train_with_judge(tmp_path, server, True, cache="cache", hook=hook, max_steps=2)
-    assert seen_before_pass == [True]  # one generation batch, one old-log-prob pass
-
-
 def _wait_until(condition, seconds):
     deadline = threading.Event()
     for _ in range(int(seconds / 0.01)):
@@ -198,27 +177,6 @@ def _wait_until(condition, seconds):
             return True
         deadline.wait(0.01)
     return condition()
-
-
-def test_the_scorer_starts_before_the_log_prob_pass_with_a_programmatic_scorer(tmp_path):
-    """The same ordering without HTTP: the no-grad log-prob forward waits for the scorer to have started."""
-    order = []
-
-    def progress(rows, texts):
-        return torch.zeros(len(rows), K)
-
-    scorer = RecordingScorer(progress)
-    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PPMConfig(output_dir=str(tmp_path), **{**SETTINGS, "max_steps": 2})
-    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                             train_dataset=dataset, progress_scorer=scorer)
-    assert args.overlap_scoring  # on by default
-    script_generation(trainer, _countdown_completions(dataset))
-    trainer.model.register_forward_pre_hook(
-        lambda module, inputs: order.append(scorer.started.wait(20)) if not torch.is_grad_enabled() else None)
-    trainer.train()
-    assert order == [True] and scorer.calls[0][0] == WORKER
 
 
 def _script_failures_then_guesses(trainer):
@@ -278,18 +236,6 @@ def test_the_unscorable_window_still_stops_training(tmp_path, monkeypatch):
                                                        r"step\(s\).*HTTP 400"):
             _train_with_judge(tmp_path, server, True, cache="cache", judge_num_retries=0)
         assert server.requests == 17  # the probe and one batch: the run stopped at its first step
-
-
-def test_evaluation_starts_no_scoring(tmp_path):
-    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PPMConfig(output_dir=str(tmp_path), per_device_eval_batch_size=8, **SETTINGS)
-    scorer = RecordingScorer(lambda rows, texts: torch.zeros(len(rows), K))
-    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                             train_dataset=dataset, eval_dataset=dataset, progress_scorer=scorer)
-    script_generation(trainer, _countdown_completions(dataset))
-    trainer.evaluate()
-    assert scorer.calls == [] and not scorer.started.is_set()
 
 
 def test_a_step_that_fails_meanwhile_leaves_no_scoring_running(tmp_path):
@@ -437,42 +383,6 @@ def test_papo_overlap_on_and_off_train_identically_with_the_loopback_judge(tmp_p
     assert any(log.get("papo/proc_active_fraction", 0) > 0 for log in _logged(on))  # grades 1, .5, .5 differ
 
 
-def test_papo_judge_requests_reach_the_server_before_the_log_prob_pass_runs(tmp_path, monkeypatch):
-    """As PPM's: the old-policy log-prob pass waits until the judge server has seen a rubric request. Sequential code
-    asks the judge only after TRL's rewards, which come after that pass, so the wait would time out."""
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
-    seen_before_pass = []
-
-    def hook(trainer):
-        probe_requests = server.requests
-
-        def before_forward(module, args):
-            if not torch.is_grad_enabled():
-                seen_before_pass.append(_wait_until(lambda: server.requests > probe_requests, seconds=20))
-
-        trainer.model.register_forward_pre_hook(before_forward)
-
-    with JudgeServer(latency=0.2) as server:
-        _train_papo_with_judge(tmp_path, server, True, cache="cache", hook=hook, max_steps=2)
-    assert seen_before_pass == [True]
-
-
-def test_papo_scorer_starts_before_the_log_prob_pass_and_is_on_by_default(tmp_path):
-    order = []
-    scorer = RecordingScorer(lambda rows, texts: [1.0] * len(texts))
-    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PAPOConfig(output_dir=str(tmp_path), **{**PAPO_SETTINGS, "max_steps": 2})
-    assert args.overlap_scoring  # on by default, as PPM's
-    trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                          train_dataset=dataset, process_scorer=scorer)
-    script_generation(trainer, _papo_completions(dataset))
-    trainer.model.register_forward_pre_hook(
-        lambda module, inputs: order.append(scorer.started.wait(20)) if not torch.is_grad_enabled() else None)
-    trainer.train()
-    assert order == [True] and scorer.calls[0][0] == WORKER
-
-
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("scores, error, message", [
     (None, ConnectionError("judge exploded on row 3"), "^judge exploded on row 3$"),
@@ -484,19 +394,6 @@ def test_papo_scorer_errors_are_the_same_with_overlap_on_and_off(tmp_path, overl
     with pytest.raises(type(error) if error is not None else ValueError, match=message):
         _train_papo(tmp_path, overlap, scorer=scorer)
     assert [name == WORKER for name, _ in scorer.calls] == [overlap]
-
-
-def test_papo_evaluation_starts_no_scoring_and_rewards_once(tmp_path):
-    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PAPOConfig(output_dir=str(tmp_path), per_device_eval_batch_size=8, **PAPO_SETTINGS)
-    scorer, reward = RecordingScorer(lambda rows, texts: [1.0] * len(texts)), CountingOutcome()
-    trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
-                          train_dataset=dataset, eval_dataset=dataset, process_scorer=scorer)
-    script_generation(trainer, _papo_completions(dataset))
-    trainer.evaluate()
-    assert scorer.calls == [] and not scorer.started.is_set()
-    assert reward.calls == 2  # 16 eval rows in two batches of 8: TRL's own reward pass, nothing early
 
 
 def test_papo_step_that_fails_in_the_log_prob_pass_leaves_no_scoring_running(tmp_path):
@@ -575,3 +472,62 @@ def test_papo_with_a_rollout_funcs_extra_fields_rewards_at_trls_pass(tmp_path):
     assert reward.calls == 0 and not scorer.started.is_set()
     with pytest.raises(ValueError, match=r"extra fields \(\['env_reward'\]\)"):
         trainer.compute_rewards_early(rollout)
+
+
+# ------------------------------------------------------------------------------------------- PPM and PAPO alike
+# Per method: the config's settings, a scorer of neutral values, the scripted completions, training with the judge.
+METHODS = {
+    "ppm": dict(settings=SETTINGS, neutral=lambda rows, texts: torch.zeros(len(rows), K),
+                completions=_countdown_completions, train_with_judge=_train_with_judge),
+    "papo": dict(settings=PAPO_SETTINGS, neutral=lambda rows, texts: [1.0] * len(texts),
+                 completions=_papo_completions, train_with_judge=_train_papo_with_judge),
+}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_judge_requests_reach_the_server_before_the_log_prob_pass_runs(tmp_path, monkeypatch, method):
+    """The old-policy log-prob pass (a no-grad forward of the policy; generation is scripted, so the only one) waits
+    until the judge server has seen a grading (PPM) or rubric (PAPO) request. Overlapped, the requests are already
+    out; sequential code would send them only after that pass (PAPO: after TRL's rewards, which come after it), so
+    the wait would time out and the test fail."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
+    seen_before_pass = []
+
+    def hook(trainer):
+        probe_requests = server.requests
+
+        def before_forward(module, args):
+            if not torch.is_grad_enabled():  # the log-prob passes run under no_grad, training forwards do not
+                seen_before_pass.append(_wait_until(lambda: server.requests > probe_requests, seconds=20))
+
+        trainer.model.register_forward_pre_hook(before_forward)
+
+    with JudgeServer(latency=0.2) as server:
+        METHODS[method]["train_with_judge"](tmp_path, server, True, cache="cache", hook=hook, max_steps=2)
+    assert seen_before_pass == [True]  # one generation batch, one old-log-prob pass
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_the_scorer_starts_before_the_log_prob_pass_and_is_on_by_default(tmp_path, method):
+    """The same ordering without HTTP: the no-grad log-prob forward waits for the scorer to have started."""
+    order = []
+    scorer = RecordingScorer(METHODS[method]["neutral"])
+    trainer = build_trainer(method, tmp_path, scorer=scorer, **{**METHODS[method]["settings"], "max_steps": 2})
+    assert trainer.args.overlap_scoring  # on by default
+    script_generation(trainer, METHODS[method]["completions"](trainer.train_dataset))
+    trainer.model.register_forward_pre_hook(
+        lambda module, inputs: order.append(scorer.started.wait(20)) if not torch.is_grad_enabled() else None)
+    trainer.train()
+    assert order == [True] and scorer.calls[0][0] == WORKER
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_evaluation_starts_no_scoring_and_rewards_once(tmp_path, method):
+    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
+    scorer, reward = RecordingScorer(METHODS[method]["neutral"]), CountingOutcome()
+    trainer = build_trainer(method, tmp_path, scorer=scorer, reward_funcs=reward, train_dataset=dataset,
+                            eval_dataset=dataset, per_device_eval_batch_size=8, **METHODS[method]["settings"])
+    script_generation(trainer, METHODS[method]["completions"](dataset))
+    trainer.evaluate()
+    assert scorer.calls == [] and not scorer.started.is_set()
+    assert reward.calls == 2  # 16 eval rows in two batches of 8: TRL's own reward pass, nothing early

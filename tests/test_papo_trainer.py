@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from helpers import TINY_ARGS, capture_outputs, script_generation
+from helpers import TINY_ARGS, build_trainer, capture_outputs, script_generation
 
 from ppm_trl.configs import PAPOConfig
 from ppm_trl.envs import make_dataset
@@ -35,12 +35,8 @@ def _reference_for(dataset, prompt_text):
 
 
 def _trainer(tmp_path, dataset, scorer, **overrides):
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    settings = dict(per_device_train_batch_size=4, num_generations=G, max_completion_length=48, max_steps=1,
-                    **TINY_ARGS)
-    args = PAPOConfig(output_dir=str(tmp_path), **{**settings, **overrides})
-    return PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                       train_dataset=dataset, process_scorer=scorer)
+    settings = dict(per_device_train_batch_size=4, num_generations=G, max_completion_length=48, max_steps=1)
+    return build_trainer("papo", tmp_path, scorer=scorer, train_dataset=dataset, **{**settings, **overrides})
 
 
 def _run(tmp_path, completions, scores, **overrides):

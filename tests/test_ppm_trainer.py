@@ -6,11 +6,10 @@ import math
 
 import pytest
 import torch
-from helpers import TINY_ARGS, capture_outputs, script_generation
+from helpers import TINY_ARGS, build_trainer, capture_outputs, script_generation
 
 from ppm_trl.configs import PPMConfig
 from ppm_trl.envs import make_dataset
-from ppm_trl.rewards import env_outcome_reward
 from ppm_trl.tiny import build_tiny_model_and_tokenizer
 from ppm_trl.trainers.ppm import PPMGRPOTrainer
 
@@ -25,12 +24,9 @@ def _reference_for(dataset, prompt_text):
 
 
 def _trainer(tmp_path, dataset, **overrides):
-    model, tokenizer = build_tiny_model_and_tokenizer()
     settings = dict(per_device_train_batch_size=8, num_generations=G, max_completion_length=BUDGET, num_segments=K,
-                    max_steps=2, **TINY_ARGS)
-    args = PPMConfig(output_dir=str(tmp_path), **{**settings, **overrides})
-    return PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                          train_dataset=dataset)
+                    max_steps=2)
+    return build_trainer("ppm", tmp_path, train_dataset=dataset, **{**settings, **overrides})
 
 
 def test_segment_advantages_follow_progress(tmp_path):

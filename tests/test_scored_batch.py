@@ -12,18 +12,17 @@ from concurrent.futures import Future
 import pytest
 import torch
 from datasets import Dataset
-from helpers import TINY_ARGS, script_generation
+from helpers import TINY_ARGS, build_trainer, script_generation
 
 import ppm_trl.methods
 import ppm_trl.trainers.base
-from ppm_trl.configs import PAPOARGConfig, PAPOConfig, PPMARGConfig, PPMConfig
+from ppm_trl.configs import PAPOARGConfig, PPMARGConfig, PPMConfig
 from ppm_trl.envs import make_dataset
 from ppm_trl.rewards import accuracy_reward, env_outcome_reward, format_reward
 from ppm_trl.tiny import build_tiny_model_and_tokenizer
 from ppm_trl.trainers.base import ScoredBatch
 from ppm_trl.trainers.common import weighted_outcome
 from ppm_trl.trainers.composed import PAPOARGTrainer, PPMARGTrainer
-from ppm_trl.trainers.papo import PAPOTrainer
 from ppm_trl.trainers.ppm import PPMGRPOTrainer
 
 G = 4
@@ -47,18 +46,10 @@ def _completions(dataset):
 
 
 def _trainer(method, tmp_path, overlap):
-    dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    if method == "ppm":
-        args = PPMConfig(output_dir=str(tmp_path), overlap_scoring=overlap, num_segments=4, **SETTINGS)
-        trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                                 train_dataset=dataset)
-    else:
-        args = PAPOConfig(output_dir=str(tmp_path), overlap_scoring=overlap, **SETTINGS)
-        trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                              train_dataset=dataset,
-                              process_scorer=lambda rows, texts: [(1.0, 0.5, 0.0)[len(t) % 3] for t in texts])
-    script_generation(trainer, _completions(dataset))
+    settings = dict(num_segments=4) if method == "ppm" else {}
+    scorer = None if method == "ppm" else lambda rows, texts: [(1.0, 0.5, 0.0)[len(t) % 3] for t in texts]
+    trainer = build_trainer(method, tmp_path, scorer=scorer, overlap_scoring=overlap, **settings, **SETTINGS)
+    script_generation(trainer, _completions(trainer.train_dataset))
     return trainer
 
 
