@@ -262,8 +262,8 @@ class JudgeServer:
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(ready,), name="judge-server", daemon=True)
         self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("judge test server did not start within 10 s")
+        if not ready.wait(120):
+            raise RuntimeError("judge test server did not start within 120 s")
 
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None and self._thread is not None and self._thread.is_alive():

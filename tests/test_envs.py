@@ -332,6 +332,6 @@ def test_envs_never_import_rewards():
               "for name in ENV_NAMES:\n    row = make_dataset(name, 2, 1, seed=0)[0]\n"
               "    assert get_env(name).verify(row, row['reference'])\n"
               "print(sorted(m for m in sys.modules if m.startswith('ppm_trl.')))\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "ppm_trl.rewards" not in result.stdout and "ppm_trl.envs.chain" in result.stdout

@@ -56,7 +56,7 @@ class CappingServer:
 
     def __enter__(self):
         self._thread.start()
-        assert self._ready.wait(10)
+        assert self._ready.wait(120)
         return self
 
     def __exit__(self, *exc):
