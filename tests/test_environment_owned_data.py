@@ -31,7 +31,8 @@ def length_reward(completions, **kwargs):
 def _build(method, tmp_path, environment=WordEnvironment, train_dataset=None, reward_funcs=length_reward, **kwargs):
     from ppm_trl.methods import get_method
 
-    config_fields = {key: kwargs.pop(key) for key in list(kwargs) if key not in ("progress_scorer", "process_scorer")}
+    config_fields = {key: kwargs.pop(key) for key in list(kwargs)  # a scorer's name is the config's; a callable not
+                     if key not in ("progress_scorer", "process_scorer") or isinstance(kwargs[key], str)}
     method = get_method(method)
     args = method.config_class()(output_dir=str(tmp_path), per_device_train_batch_size=G, num_generations=G,
                                  max_completion_length=16, **{**TINY_ARGS, **config_fields})
