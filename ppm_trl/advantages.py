@@ -90,6 +90,33 @@ def _column_std(values: torch.Tensor) -> torch.Tensor:
     return (squares / (count - 1).clamp(min=1)).sqrt()
 
 
+def normalize_then_sum(rewards_per_func, weights, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """(N,) Σ_f w_f·(r_f − mean_g r_f)/(std_g r_f + eps): each reward function normalised within its group, then
+    weighted and summed — TRL's `multi_objective_aggregation="normalize_then_sum"` before its final normalisation
+    over the batch (`batch_normalize`). `rewards_per_func` is (N, F), `weights` (F,). A NaN value stays out of its
+    function's group statistics and adds 0; a row whose every function is NaN is NaN (unscorable). A function
+    constant within a group adds exactly 0 there (`group_normalize`)."""
+    rewards = as_float(rewards_per_func, "rewards_per_func")
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards_per_func must be (N, F), got shape {tuple(rewards.shape)}")
+    weights = as_float(weights, "weights").to(device=rewards.device, dtype=rewards.dtype)
+    if weights.shape != rewards.shape[1:]:
+        raise ValueError(f"weights must have shape ({rewards.shape[1]},), got {tuple(weights.shape)}")
+    total = (group_normalize(rewards, group_size, scale=True, eps=eps) * weights).sum(dim=1)
+    return torch.where(torch.isnan(rewards).all(dim=1), torch.full_like(total, float("nan")), total)
+
+
+def batch_normalize(values, eps: float = 1e-4) -> torch.Tensor:
+    """(N,) (v − mean)/(std + eps) over the whole batch (sample std, NaN left out of both and kept NaN): the last
+    step of TRL's `normalize_then_sum`."""
+    values = as_float(values, "values")
+    if values.dim() != 1:
+        raise ValueError(f"values must be (N,), got shape {tuple(values.shape)}")
+    present = ~torch.isnan(values)
+    mean = torch.where(present, values, torch.zeros_like(values)).sum() / present.sum().clamp(min=1)
+    return (values - mean) / (_column_std(values) + eps)
+
+
 def zero_advantage_groups(advantages, group_size: int, atol: float = 1e-8) -> torch.Tensor:
     """(N/G,) bool: groups whose every advantage is (numerically) zero — DAPO's filter, PPM App. B."""
     advantages = torch.as_tensor(advantages)

@@ -118,10 +118,10 @@ def check_choice(name: str, value, choices) -> None:
         raise ValueError(f"{name}={value!r} is not supported; accepted values: {', '.join(map(str, choices))}")
 
 
-def refuse_normalize_then_sum(config, method: str, why: str) -> None:
+def refuse_normalize_then_sum(config, method: str, why: str, alternative: str = "") -> None:
     if config.multi_objective_aggregation == "normalize_then_sum":
-        raise ValueError(f"{method} does not support multi_objective_aggregation='normalize_then_sum': {why}. "
-                         "Use the default 'sum_then_normalize'.")
+        raise ValueError(f"{method} does not support multi_objective_aggregation='normalize_then_sum' {why}. Use "
+                         + (f"{alternative}, or " if alternative else "") + "the default 'sum_then_normalize'.")
 
 
 # The method configs and their accepted values, under the names this module has always exported (imported on first

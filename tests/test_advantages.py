@@ -420,3 +420,73 @@ def test_ppm_config_fields_select_one_estimator_and_undefined_pairs_are_errors()
         with pytest.raises(ValueError, match=f"no PPM estimator for granularity={granularity!r}, "
                                              f"progress_mode={mode!r}"):
             ppm_estimator(granularity, mode)
+
+
+# ------------------------------------------------------------------ multi_objective_aggregation="normalize_then_sum"
+def test_normalize_then_sum_by_hand():
+    """One group of 3, two reward functions, weights (1, 0.5). r1 = (1, 2, 3): mean 2, sample std 1 → z1 = (−1, 0, 1);
+    r2 = (0, 0, 1): mean 1/3, std √(1/3) → z2 = (−1/√3, −1/√3, 2/√3) = (−0.57735, −0.57735, 1.15470).
+    Σ w·z = z1 + 0.5·z2 = (−1.28868, −0.28868, 1.57735)."""
+    from ppm_trl.advantages import normalize_then_sum
+
+    rewards = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 1.0]])
+    out = normalize_then_sum(rewards, torch.tensor([1.0, 0.5]), 3, eps=0.0)
+    assert torch.allclose(out, torch.tensor([-1.288675, -0.288675, 1.577350]), atol=1e-5)
+    # A NaN value stays out of its function's statistics and adds 0; an all-NaN row is NaN; a constant function adds 0.
+    rewards = torch.tensor([[1.0, 5.0], [float("nan"), 5.0], [3.0, 5.0], [float("nan"), float("nan")],
+                            [0.0, 1.0], [2.0, 1.0]])
+    out = normalize_then_sum(rewards, torch.tensor([1.0, 1.0]), 3)  # eps 1e-4: a constant function's 0/0 is 0
+    # group 1: r1 (1, ·, 3): mean 2, std √2 → (−1/√2, 0, 1/√2); group 2: row 0 unscorable, r1 (·, 0, 2) → (·, −1/√2,
+    # 1/√2), r2 (·, 1, 1) constant → 0.
+    h = 2 ** -0.5
+    assert torch.allclose(out[:3], torch.tensor([-h, 0.0, h]), atol=1e-4)
+    assert torch.isnan(out[3]) and torch.allclose(out[4:], torch.tensor([-h, h]), atol=1e-4)
+
+
+def test_ppm_segment_advantages_with_normalize_then_sum_outcome():
+    """PPM's eq. 3 + App. B with the outcome Σ_f w_f·z_f of the test above, K = 2, no std division (PPM's default):
+    progress m = (0, .5), (.5, .5), (.5, 1) → r = (0, .5), (.5, 0), (.5, .5); + outcome (−1.28868, −0.28868, 1.57735)
+    per segment → segment 1 (−1.28868, 0.21132, 2.07735), segment 2 (−0.78868, −0.28868, 2.07735), each of mean 1/3
+    → advantages (−1.62201, −0.12201, 1.74402) and (−1.12201, −0.62201, 1.74402)."""
+    from ppm_trl.advantages import normalize_then_sum
+    from ppm_trl.ppm.ppm_estimators import ppm_segment_advantages
+
+    outcome = normalize_then_sum(torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 1.0]]), torch.tensor([1.0, 0.5]), 3,
+                                 eps=0.0)
+    progress = torch.tensor([[0.0, 0.5], [0.5, 0.5], [0.5, 1.0]])
+    expected = torch.tensor([[-1.622008, -1.122008], [-0.122008, -0.622008], [1.744017, 1.744017]])
+    assert torch.allclose(ppm_segment_advantages(progress, outcome, 3, scale=False), expected, atol=1e-5)
+
+
+def test_papo_advantages_with_normalize_then_sum_outcome():
+    """PAPO: the verifier's binary outcome (1, 0, 1) still picks the correct subset; A_out is TRL's normalize_then_sum
+    advantage of accuracy (1, 0, 1) and format (.2, 1, .8) with weights (1, .5): z_acc = (1, −2, 1)/√3 =
+    (0.57735, −1.15470, 0.57735), z_fmt = (−.46667, .33333, .13333)/0.41633 = (−1.12090, 0.80064, 0.32026), sum
+    (0.01690, −0.75438, 0.73748), over the batch (mean 0, std 0.74607) → A_out (0.02265, −1.01113, 0.98848).
+    A_proc over C = {0, 2} with process (.9, .3): (0.70711, 0, −0.70711). λ = 1 → (0.72976, −1.01113, 0.28137)."""
+    from ppm_trl.advantages import batch_normalize, normalize_then_sum
+    from ppm_trl.papo.papo_estimators import papo_advantages
+
+    rewards = torch.tensor([[1.0, 0.2], [0.0, 1.0], [1.0, 0.8]])
+    a_out = batch_normalize(normalize_then_sum(rewards, torch.tensor([1.0, 0.5]), 3, eps=0.0), eps=0.0)
+    assert torch.allclose(a_out, torch.tensor([0.022654, -1.011135, 0.988480]), atol=1e-5)
+    outcome, process = torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0.9, float("nan"), 0.3])
+    advantages = papo_advantages(outcome, process, 3, lam=1.0, eps=0.0, outcome_advantage=a_out)
+    assert torch.allclose(advantages, torch.tensor([0.729761, -1.011135, 0.281374]), atol=1e-5)
+    with pytest.raises(ValueError, match="decoupled only|combine='decoupled' only"):
+        papo_advantages(outcome, process, 3, combine="multiplicative", outcome_advantage=a_out)
+
+
+def test_normalize_then_sum_configs(tmp_path):
+    """PPM and PAPO (decoupled) accept it; PAPO's Mult ablation has no separate A_out and is refused, saying why."""
+    from helpers import TINY_ARGS
+
+    from ppm_trl.papo.papo_config import PAPOConfig
+    from ppm_trl.ppm.ppm_config import PPMConfig
+
+    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                    multi_objective_aggregation="normalize_then_sum", **TINY_ARGS)
+    PPMConfig(**settings)
+    PAPOConfig(**settings)
+    with pytest.raises(ValueError, match="combine='multiplicative': it normalises .*combine='decoupled'"):
+        PAPOConfig(**settings, combine="multiplicative")

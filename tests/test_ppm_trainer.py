@@ -205,12 +205,11 @@ def test_sequence_level_options_are_refused_with_segment_advantages(tmp_path, op
     PPMConfig(**settings, granularity="trajectory", **option)  # one advantage per completion: well defined
 
 
-def test_config_refuses_undefined_estimators_and_aggregation(tmp_path):
+def test_config_refuses_undefined_estimators(tmp_path):
     settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, **TINY_ARGS)
     with pytest.raises(ValueError, match="progress_mode='process_reward' is not an estimator"):
         PPMConfig(**settings, granularity="trajectory", progress_mode="process_reward")
-    with pytest.raises(ValueError, match="PPM does not support multi_objective_aggregation='normalize_then_sum'"):
-        PPMConfig(**settings, multi_objective_aggregation="normalize_then_sum")
+    PPMConfig(**settings, multi_objective_aggregation="normalize_then_sum")  # the outcome part: see test_advantages
     for granularity, mode in [("segment", "ppm"), ("segment", "exact_order"), ("segment", "process_reward"),
                               ("trajectory", "ppm"), ("trajectory", "exact_order")]:
         PPMConfig(**settings, granularity=granularity, progress_mode=mode)  # each pair selects an estimator

@@ -50,6 +50,7 @@ from .selector import PrefixSelector
 logger = logging.getLogger(__name__)
 
 SELECTOR_STATE_FILE = "arg_selector_state.json"
+UNSUPPORTED = ("rollout_func", "environment_factory", "tools")  # GRPOTrainer arguments ARG refuses (after TRL's checks)
 
 
 @dataclass(frozen=True)
@@ -122,22 +123,20 @@ class ARGTrainer(MethodTrainer):
                 f"per_device_train_batch_size * steps_per_generation = {local_rows} must be a multiple of "
                 f"num_generations = {args.num_generations}"
             )
-        if not reward_funcs:
-            raise ValueError("ARGTrainer needs reward functions (`reward_funcs`); the first one is the verifier "
-                             "(correct = reward > 0), e.g. `reward_funcs=[accuracy_reward, format_reward]` from "
-                             "ppm_trl.rewards")
-        funcs = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+        # TRL's own argument checks ("No reward source provided", "`train_dataset` is required", environment-owned
+        # data without `max_steps`, ...) run first, in `super().__init__`: ARG's refusals of what TRL accepts but ARG
+        # cannot train come after it (`_refuse_unsupported`), so TRL's messages stay TRL's.
+        funcs = [] if not reward_funcs else reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
         if args.reward_weights is None and format_reward in funcs:  # the paper's reward: accuracy + 0.2·format
             # On a copy: the caller's config keeps reward_weights=None (it may build a trainer with other rewards).
             args = copy.copy(args)
             args.reward_weights = [args.format_reward_weight if f is format_reward else 1.0 for f in funcs]
-        for name in ("rollout_func", "environment_factory", "tools"):
-            if kwargs.get(name):
-                raise ValueError(f"ARGTrainer supports single-turn text generation only; `{name}` is not supported "
-                                 "(PPMGRPOTrainer and PAPOTrainer train on tool and multi-turn rollouts)")
-        train_dataset, self.arg_skipped_references = check_references(
-            train_dataset, args.arg_answer_marker, args.arg_skip_invalid_references
-        )
+        self.arg_skipped_references = 0
+        # Without a dataset or a reward function TRL refuses (or ARG after it), as ARG does multi-turn rollouts.
+        if train_dataset is not None and funcs and not any(kwargs.get(name) for name in UNSUPPORTED):
+            train_dataset, self.arg_skipped_references = check_references(
+                train_dataset, args.arg_answer_marker, args.arg_skip_invalid_references
+            )
         self.guidance_mode = GuidanceMode(args.arg_mode)  # chosen once
         self.prefix_selector = PrefixSelector(
             args.arg_levels, args.arg_selector_epsilon, args.arg_selector_lr, args.arg_baseline_rate, args.arg_seed
@@ -145,6 +144,7 @@ class ARGTrainer(MethodTrainer):
         self._reference_tokens: dict[str, ReferenceTokens] = {}  # by reference text
         self._replacement_calls = (None, 0)  # (global step, generations in it): seeds the replacement positions
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        _refuse_unsupported(funcs, kwargs)
         if self.is_multimodal:
             raise ValueError("ARGTrainer supports text-only models; got a multimodal processor")
         if self.guidance_mode.adaptive and not getattr(self.tokenizer, "is_fast", False):
@@ -308,3 +308,16 @@ class ARGTrainer(MethodTrainer):
         self._replacement_calls = (self.state.global_step, calls)
         seed = ((self.args.arg_seed * 1_000_003 + self.state.global_step) * 1_009 + calls) * 131
         return torch.Generator().manual_seed(seed + self.accelerator.process_index)
+
+
+def _refuse_unsupported(reward_funcs: list, kwargs: dict) -> None:
+    """What GRPOTrainer accepted (its checks ran) but ARG cannot train: multi-turn or custom rollouts, and a run whose
+    only reward is an environment's (ARG's verifier is its first reward function)."""
+    for name in UNSUPPORTED:
+        if kwargs.get(name):
+            raise ValueError(f"ARGTrainer supports single-turn text generation only; `{name}` is not supported "
+                             "(PPMGRPOTrainer and PAPOTrainer train on tool and multi-turn rollouts)")
+    if not reward_funcs:
+        raise ValueError("ARGTrainer needs reward functions (`reward_funcs`); the first one is the verifier "
+                         "(correct = reward > 0), e.g. `reward_funcs=[accuracy_reward, format_reward]` from "
+                         "ppm_trl.rewards")

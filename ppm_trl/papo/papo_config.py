@@ -60,5 +60,7 @@ class PAPOConfig(JudgeArguments, WholeGroupBatches, GRPOConfig):
         check_choice("combine", self.combine, COMBINES)
         check_choice("rubric", self.rubric, RUBRICS)
         check_choice("process_scorer", self.process_scorer, PROCESS_SCORERS)
-        refuse_normalize_then_sum(self, "PAPO", "its outcome is the binary 1[weighted outcome ≥ correct_threshold] "
-                                   "of the summed rewards, normalised once by A_out")
+        if self.combine == "multiplicative":  # decoupled: A_out is TRL's normalize_then_sum advantage
+            refuse_normalize_then_sum(self, "PAPO", "with combine='multiplicative': it normalises r_out·r_proc once, so "
+                                      "there is no separate outcome advantage for the per-function normalisation to replace",
+                                      "combine='decoupled'")

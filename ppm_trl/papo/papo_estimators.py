@@ -79,15 +79,27 @@ def _papo_inputs(outcome, process, group_size: int, process_norm: str, combine: 
 
 
 def papo_components(outcome, process, group_size: int, process_norm: str = "correct_subset",
-                    combine: str = "decoupled", eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+                    combine: str = "decoupled", eps: float = 1e-6,
+                    outcome_advantage=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(A_out, A_proc), each (N,), for `papo_advantages`; for `combine="multiplicative"` A_proc is all zeros and
-    A_out is the GRPO advantage of r_out·r_proc."""
+    A_out is the GRPO advantage of r_out·r_proc. `outcome_advantage` (N,), decoupled only: A_out given instead of
+    normalising the binary outcome (e.g. `advantages.normalize_then_sum` of the reward functions); the binary
+    outcome still decides which rows are correct. NaN there, or a NaN outcome, gives A_out = 0."""
     outcome, process = _papo_inputs(outcome, process, group_size, process_norm, combine)
-    return COMBINES[combine](outcome, process, group_size, process_norm, eps)
+    a_out, a_proc = COMBINES[combine](outcome, process, group_size, process_norm, eps)
+    if outcome_advantage is not None:
+        if combine != "decoupled":
+            raise ValueError(f"an outcome advantage replaces A_out of combine='decoupled' only, not {combine!r} (it "
+                             "normalises r_out·r_proc once: there is no separate A_out)")
+        given = as_float(outcome_advantage, "outcome_advantage").to(device=outcome.device, dtype=outcome.dtype)
+        if given.shape != outcome.shape:
+            raise ValueError(f"outcome_advantage must be ({outcome.shape[0]},), got {tuple(given.shape)}")
+        a_out = torch.where(torch.isnan(outcome), torch.zeros_like(given), torch.nan_to_num(given))
+    return a_out, a_proc
 
 
 def papo_advantages(outcome, process, group_size: int, lam: float = 1.0, process_norm: str = "correct_subset",
-                    combine: str = "decoupled", eps: float = 1e-6) -> torch.Tensor:
+                    combine: str = "decoupled", eps: float = 1e-6, outcome_advantage=None) -> torch.Tensor:
     """(N,) PAPO advantage A = A_out + λ·A_proc (PAPO §4.1).
 
     A_out = (r_out − mean)/(std + ε) over the whole group; A_proc = (r_proc − mean_C)/(std_C + ε) over the correct
@@ -96,9 +108,10 @@ def papo_advantages(outcome, process, group_size: int, lam: float = 1.0, process
     not judged (incorrect rows, failed judge calls): a correct row with NaN process leaves C's statistics and gets
     A_proc = 0 but keeps A_out. A NaN outcome makes the row unscorable (advantage 0, outside every statistic).
     Ablations (§6): `process_norm="full"` (Fullnorm) and `combine="multiplicative"` (Mult, λ unused).
+    `outcome_advantage`: A_out given instead (`papo_components`).
     """
     a_out, a_proc = papo_components(outcome, process, group_size, process_norm=process_norm, combine=combine,
-                                    eps=eps)
+                                    eps=eps, outcome_advantage=outcome_advantage)
     return a_out + lam * a_proc
 
 
@@ -117,10 +130,11 @@ class PAPOStats:
 
 
 def papo_group_stats(outcome, process, group_size: int, lam: float = 1.0, process_norm: str = "correct_subset",
-                     combine: str = "decoupled", eps: float = 1e-6, atol: float = 1e-8) -> PAPOStats:
+                     combine: str = "decoupled", eps: float = 1e-6, atol: float = 1e-8,
+                     outcome_advantage=None) -> PAPOStats:
     """The PAPO diagnostics for one batch, computed with the same arguments as `papo_advantages`."""
     outcome_t, process_t = _papo_inputs(outcome, process, group_size, process_norm, combine)
-    a_out, a_proc = papo_components(outcome_t, process_t, group_size, process_norm, combine, eps)
+    a_out, a_proc = papo_components(outcome_t, process_t, group_size, process_norm, combine, eps, outcome_advantage)
     advantages = a_out + lam * a_proc
     # Active = A_proc changes some row's advantage: >= 2 scored correct rows is not enough, equal scores give 0.
     proc_active = (a_proc.view(-1, group_size).abs() > atol).any(dim=1) if lam != 0 else torch.zeros(1)

@@ -22,9 +22,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ..advantages import batch_normalize, normalize_then_sum
 from ..text import completion_text
 from ..trainers.base import Advantages, MethodTrainer
-from ..trainers.common import check_method_columns, install_judge_stats, weighted_outcome
+from ..trainers.common import (
+    check_method_columns,
+    install_judge_stats,
+    refuse_environment_owned_data,
+    weighted_outcome,
+)
 from .papo_config import PAPOConfig
 from .papo_estimators import papo_advantages, papo_group_stats
 from .process_scorers import build_process_scorer
@@ -62,6 +68,9 @@ class PAPOTrainer(MethodTrainer):
         self.process_scorer = process_scorer if process_scorer is not None else build_process_scorer(args)
         self._papo_stats_seen = {}  # scorer counters at the last log, to log per-step deltas (across steps)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        if process_scorer is None:  # after TRL's checks: environment-owned data has no column for a built-in scorer
+            refuse_environment_owned_data(train_dataset, "papo", args, f"the `{args.process_scorer}` process scorer "
+                                          f"(`process_scorer={args.process_scorer!r}`)", "process_scorer")
         install_judge_stats(self, self.process_scorer)
 
     def method_scorers(self) -> list:
@@ -92,6 +101,10 @@ class PAPOTrainer(MethodTrainer):
         args = self.args
         kwargs = dict(lam=args.process_weight, process_norm=args.process_norm, combine=args.combine,
                       eps=args.papo_epsilon)
+        if args.multi_objective_aggregation == "normalize_then_sum":
+            # TRL's advantage of that aggregation is A_out; the binary outcome (the verifier) still picks C.
+            kwargs["outcome_advantage"] = batch_normalize(normalize_then_sum(
+                batch.rewards_per_func, self.outcome_reward_weights, self.num_generations))
         advantages = papo_advantages(outcome, process, self.num_generations, **kwargs)
         stats = papo_group_stats(outcome, process, self.num_generations, **kwargs)
         for name, value in stats.to_dict().items():

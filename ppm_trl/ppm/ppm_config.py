@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..configs import JudgeArguments, WholeGroupBatches, check_choice, refuse_normalize_then_sum
+from ..configs import JudgeArguments, WholeGroupBatches, check_choice
 from .ppm_estimators import accepted_granularities, accepted_progress_modes, ppm_estimator
 from .progress_scorers import PROGRESS_SCORERS
 from .segmentation import SEGMENTATIONS, SegmentationSettings
@@ -105,8 +105,6 @@ class PPMConfig(JudgeArguments, WholeGroupBatches, GRPOConfig):
             # The baselines are defined without shortcutting (paper App. B.1).
             self.shortcutting = False
         ppm_estimator(self.granularity, self.progress_mode)  # the pair must select an estimator: fail here
-        refuse_normalize_then_sum(self, "PPM", "the weighted outcome reward is added to every segment's progress "
-                                   "reward before the per-segment group normalisation")
         if self.granularity == "segment":
             # These TRL options decide per sequence from the sign or the sum of its advantage; segment advantages
             # differ from token to token inside one completion, so the decision would be taken per token instead.

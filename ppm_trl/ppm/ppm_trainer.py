@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..advantages import zero_advantage_groups
+from ..advantages import normalize_then_sum, zero_advantage_groups
 from ..scorers import reasoning_graph_of
 from ..trainers.base import Advantages, MethodTrainer
-from ..trainers.common import check_method_columns, install_judge_stats
+from ..trainers.common import check_method_columns, install_judge_stats, refuse_environment_owned_data
 from .ppm_config import PPMConfig
 from .ppm_estimators import ppm_estimator
 from .progress_scorers import ProgressScorer, build_progress_scorer
@@ -62,6 +62,9 @@ class PPMGRPOTrainer(MethodTrainer):
         self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
         self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas (across steps)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        if progress_scorer is None:  # after TRL's checks: environment-owned data has no column for a built-in scorer
+            refuse_environment_owned_data(train_dataset, "ppm", args, f"the `{args.progress_scorer}` progress scorer "
+                                          f"(`progress_scorer={args.progress_scorer!r}`)", "progress_scorer")
         install_judge_stats(self, self.progress_scorer)
 
     # ------------------------------------------------------------------------------------------ base hooks
@@ -87,12 +90,15 @@ class PPMGRPOTrainer(MethodTrainer):
         device = self.accelerator.device
         progress = self.accelerator.gather(progress.to(device))
         valid = self.accelerator.gather(valid.to(device))
-        advantages = self._segment_advantages(progress, batch.outcome, valid)  # (B_global, K)
+        outcome = batch.outcome  # Σ_f w_f·r_f; normalize_then_sum: Σ_f w_f·(r_f normalised within its group)
+        if args.multi_objective_aggregation == "normalize_then_sum":
+            outcome = normalize_then_sum(batch.rewards_per_func, self.outcome_reward_weights, self.num_generations)
+        advantages = self._segment_advantages(progress, outcome, valid)  # (B_global, K)
         dropped = None
         if args.filter_zero_advantage_groups:
             dropped = zero_advantage_groups(advantages, self.num_generations).repeat_interleave(self.num_generations)
         self._log_ppm(advantages, dropped if dropped is not None else torch.zeros(
-            advantages.shape[0], dtype=torch.bool, device=advantages.device), progress, valid, batch.outcome)
+            advantages.shape[0], dtype=torch.bool, device=advantages.device), progress, valid, outcome)
         # One scalar per row for the completions table (TRL formats advantages as floats).
         row_mean = (advantages * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)
         segment_ids = self._segment_ids(batch.completion_mask, batch.tool_mask, prefix_lengths)

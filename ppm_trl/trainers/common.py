@@ -34,6 +34,23 @@ def check_method_columns(dataset, method: str, args, custom_scorer: bool = False
         check_columns(dataset, {column: need.kind}, need.reader)
 
 
+def refuse_environment_owned_data(train_dataset, method: str, args, scorer: str, scorer_argument: str) -> None:
+    """Called after GRPOTrainer's own checks, with the `train_dataset` the trainer was given: None there means the
+    environment owns the data (TRL builds rows with a `prompt` only), so a built-in `scorer` that reads a dataset
+    column cannot score them — a ValueError naming the column, the scorer and `scorer_argument` (the trainer's own
+    scorer, which reads no column). A trainer given its own scorer does not call this."""
+    from ..methods import get_method
+
+    if train_dataset is not None:
+        return
+    for column in get_method(method).required_columns(args):
+        raise ValueError(
+            f"{method.upper()}: the environment owns the data (no `train_dataset`), so its rows have no `{column}` "
+            f"column, which {scorer} reads. Pass your own scorer, which reads the completions and no column "
+            f"(`{scorer_argument}=`, a callable `(rows, texts) -> scores`), or a `train_dataset` with `{column}`"
+        )
+
+
 def check_reward_columns(dataset, reward_funcs, method: str) -> None:
     """The columns the given reward functions read (the reward registry says which) must be in the dataset
     (checked before any generation); a user's own reward function is not checked."""
