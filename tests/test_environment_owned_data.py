@@ -106,3 +106,22 @@ def test_ppm_trains_on_environment_owned_data_with_its_own_scorer(tmp_path):
     per_row = [advantages[i][mask[i]] for i in range(G)]
     assert per_row[0].max() < 0 < per_row[2].max()  # more progress, higher advantage
     assert torch.isfinite(advantages).all()
+
+
+@pytest.mark.parametrize("method, scorer_argument", [("ppm", "progress_scorer"), ("papo", "process_scorer")])
+def test_own_scorer_needs_no_dataset_column(tmp_path, method, scorer_argument):
+    """With its own scorer a method reads no column: a dataset of environment names only (a dict
+    `environment_factory` routes each row) builds; the built-in scorer's column is asked for without one."""
+    from datasets import Dataset
+
+    routed = Dataset.from_dict({"environment": ["words", "words", "words"]})
+    environments = {"words": WordEnvironment}
+
+    def own_scorer(rows, texts):
+        return [[0.0] * len(prefixes) for prefixes in texts] if method == "ppm" else [0.0] * len(texts)
+
+    trainer = _build(method, tmp_path, environment=environments, train_dataset=routed, max_steps=1,
+                     **{scorer_argument: own_scorer})
+    assert getattr(trainer, scorer_argument) is own_scorer
+    with pytest.raises(ValueError, match="reasoning_points"):
+        _build(method, tmp_path, environment=environments, train_dataset=routed, max_steps=1)

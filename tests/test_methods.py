@@ -162,7 +162,7 @@ def test_column_needs_come_from_the_registry_for_each_config():
     programmatic = SimpleNamespace(progress_scorer="programmatic", process_scorer="programmatic")
     assert set(get_method("ppm").required_columns(judge)) == {"reasoning_points"}
     assert set(get_method("ppm").required_columns(programmatic)) == {"reasoning_points", "env"}
-    assert set(get_method("ppm").required_columns(programmatic, custom_scorer=True)) == {"reasoning_points"}
+    assert get_method("ppm").required_columns(programmatic, custom_scorer=True) == {}
     assert set(get_method("papo").required_columns(judge)) == {"reference"}
     assert get_method("papo").required_columns(judge)["reference"].kind == "str"
     assert get_method("papo").required_columns(programmatic, custom_scorer=True) == {}

@@ -26,10 +26,12 @@ PAPER = Paper(
 
 
 def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
-    """The rubric points always; the env's name for the programmatic scorer (its matchers), unless the trainer got
-    its own scorer."""
+    """The rubric points for the built-in scorers, and the env's name for the programmatic one (its matchers);
+    nothing when the trainer got its own scorer (the trainer itself reads no column: e.g. environment data)."""
+    if custom_scorer:
+        return {}
     needs = {"reasoning_points": Column("list", "PPM")}
-    if not custom_scorer and getattr(args, "progress_scorer", None) == "programmatic":
+    if getattr(args, "progress_scorer", None) == "programmatic":
         needs["env"] = Column("any", "PPM's programmatic progress scorer (`progress_scorer: programmatic`)")
     return needs
 

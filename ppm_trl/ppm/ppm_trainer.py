@@ -47,8 +47,8 @@ class PPMGRPOTrainer(MethodTrainer):
             default: built from `args.progress_scorer` (`programmatic` env matchers or the LiteLLM `judge`). With
             `args.overlap_scoring` (default) it is called on the base's worker thread, while TRL computes log-probs;
             a scorer that must run on the training thread (e.g. one that uses the policy's GPU) needs it off.
-        Everything else is `GRPOTrainer`'s; without `args`, `PPMConfig("<model name>-PPM")`. The train dataset
-        needs `reasoning_points` (and `reasoning_graph`).
+        Everything else is `GRPOTrainer`'s; without `args`, `PPMConfig("<model name>-PPM")`. With the built-in
+        scorers the train dataset needs `reasoning_points` (and `reasoning_graph`); with your own, no column.
     """
 
     def __init__(self, model, reward_funcs=None, args: PPMConfig | None = None, train_dataset=None,
