@@ -69,8 +69,7 @@ class PAPOTrainer(MethodTrainer):
         self._papo_stats_seen = {}  # scorer counters at the last log, to log per-step deltas (across steps)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if process_scorer is None:  # after TRL's checks: environment-owned data has no column for a built-in scorer
-            refuse_environment_owned_data(train_dataset, "papo", args, f"the `{args.process_scorer}` process scorer "
-                                          f"(`process_scorer={args.process_scorer!r}`)", "process_scorer")
+            refuse_environment_owned_data(train_dataset, "papo", args, "process_scorer")
         install_judge_stats(self, self.process_scorer)
 
     def method_scorers(self) -> list:

@@ -63,8 +63,7 @@ class PPMGRPOTrainer(MethodTrainer):
         self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas (across steps)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
         if progress_scorer is None:  # after TRL's checks: environment-owned data has no column for a built-in scorer
-            refuse_environment_owned_data(train_dataset, "ppm", args, f"the `{args.progress_scorer}` progress scorer "
-                                          f"(`progress_scorer={args.progress_scorer!r}`)", "progress_scorer")
+            refuse_environment_owned_data(train_dataset, "ppm", args, "progress_scorer")
         install_judge_stats(self, self.progress_scorer)
 
     # ------------------------------------------------------------------------------------------ base hooks
