@@ -52,6 +52,7 @@ from dataclasses import asdict
 from common import RESULTS, markdown_table, samples_to_target
 
 from ppm_trl.demo import VARIANT_LABELS, RunSpec, choose_horizons, format_profile, profile_warm_start, train_variant
+from ppm_trl.demo.kernels import pin_kernels
 from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start
 from ppm_trl.envs import make_dataset
 
@@ -730,4 +731,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    pin_kernels()  # re-executes with the pinned kernels (ppm_trl.demo.kernels)
     main()

@@ -27,6 +27,7 @@ import time  # noqa: E402
 from common import RESULTS  # noqa: E402
 from evidence import RunSpec, _run_job  # noqa: E402
 
+from ppm_trl.demo.kernels import pin_kernels  # noqa: E402
 from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start  # noqa: E402
 
 TIMING_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
@@ -122,4 +123,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    pin_kernels()  # re-executes with the pinned kernels (ppm_trl.demo.kernels)
     sys.exit(main())

@@ -37,6 +37,7 @@ from common import RESULTS, cached_run, markdown_table, mean_spread, samples_to_
 
 from ppm_trl.demo import VARIANT_LABELS, RunSpec, profile_warm_start, train_variant
 from ppm_trl.demo import choose_horizons as cliff_rule
+from ppm_trl.demo.kernels import pin_kernels
 from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start
 from ppm_trl.envs import make_dataset
 
@@ -281,4 +282,5 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
+    pin_kernels()  # re-executes with the pinned kernels (ppm_trl.demo.kernels)
     main()

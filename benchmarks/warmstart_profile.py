@@ -15,6 +15,7 @@ import common  # noqa: F401  (puts the checkout on sys.path)
 from horizon_scaling import ENVS
 
 from ppm_trl.demo import choose_horizons, format_profile, profile_warm_start
+from ppm_trl.demo.kernels import pin_kernels
 from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start
 
 
@@ -60,4 +61,5 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
+    pin_kernels()  # re-executes with the pinned kernels (ppm_trl.demo.kernels)
     main()

@@ -254,3 +254,13 @@ def test_evidence_one_part_keeps_the_other_parts_tables(tmp_path, monkeypatch):
     evidence.main(["--parts", "papo", "--output-dir", str(tmp_path)])
     assert (tmp_path / "tables.md").read_text().split("\n\n") == [
         "### ppm first", "### ppm_robust first", "### papo second", "### arg first\n"]
+
+
+def test_kernel_pinning_quick(tmp_path):
+    """Native builds at every ATen level this CPU has, as chosen and pinned: the pinned ones share one digest."""
+    out = tmp_path / "kernel_pinning.json"
+    stdout = _run("benchmarks/kernel_pinning.py", "--quick", "--json", str(out))
+    results = json.loads(out.read_text())
+    pinned = [row for row in results["identity"] if row["pinned"]]
+    assert pinned and all(row["aten"] == "DEFAULT" and row["mkl_cbwr"] == "COMPATIBLE,STRICT" for row in pinned)
+    assert len(results["pinned_digests"]) == 1 and "pinned builds: 1 digest(s)" in stdout

@@ -3,7 +3,9 @@ the four steps of `ppm_trl.demo` from the command line (`DemoArguments`, parsed 
 
 Every number it prints is reproducible: the warm start trains a fixed number of SFT steps and every model
 computation runs on one thread with deterministic algorithms (`warmstart.deterministic_cpu`), whatever
-OMP_NUM_THREADS says; the RL runs go to worker processes (one thread each), so a 2-core machine runs two at once.
+OMP_NUM_THREADS says, with the same kernels on every x86-64 CPU with AVX2 (`kernels`: `python -m ppm_trl.demo`
+re-executes itself with them); the RL runs go to worker processes (one thread each), so a 2-core machine runs two at
+once.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..quiet import quiet_third_party
 from .horizons import HorizonRule, choose_horizons, format_profile, profile_warm_start
+from .kernels import PINNED_KERNELS, kernels_in_use, kernels_pinned
 from .runs import VARIANT_LABELS, RunSpec, plot_histories, train_variants
 from .warmstart import WarmStartSettings, read_manifest, reference_check, warm_start
 
@@ -99,6 +102,10 @@ def main(argv=None) -> dict:
     if args.sft_steps is not None:
         settings.max_steps = args.sft_steps
     t0 = time.time()
+    kernels = {**kernels_in_use(), "pinned": kernels_pinned()}
+    print(f"      kernels: ATen {kernels['aten']}, MKL_CBWR {kernels['mkl_cbwr']} ("
+          + ("pinned" if kernels["pinned"] else f"not pinned: the RL numbers may differ by CPU; `python -m "
+             f"ppm_trl.demo` runs with {PINNED_KERNELS}") + ")", flush=True)
     print(f"[1/4] warm start: {settings.max_steps} SFT steps of the tiny model on multi_add references (cached) "
           f"{asdict(settings)}", flush=True)
     model_path = warm_start(settings, cache_root=args.cache_dir)
@@ -134,7 +141,7 @@ def main(argv=None) -> dict:
     plot_path = os.path.join(args.output_dir, "success_vs_samples.png")
     plot_histories(results, plot_path, f"multi_add, n={args.n}: segment-level PPM vs sparse GRPO")
     summary = {"n": args.n, "warm_start": model_path, "warm_start_fingerprint": fingerprint,
-               "warm_start_settings": asdict(settings), "profile": {str(k): v for k, v in profile.items()},
+               "warm_start_settings": asdict(settings), "kernels": kernels, "profile": {str(k): v for k, v in profile.items()},
                "horizon_reasons": {str(k): v for k, v in reasons.items()}, "runs": results, "summary": summary_rows,
                "plot": plot_path, "ppm_model": ppm_dir, "wall_seconds": time.time() - t0}
     with open(os.path.join(args.output_dir, "results.json"), "w") as handle:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+from .kernels import kernels_in_use
 from .warmstart import completion_budget, deterministic_cpu, evaluate_pass_at_k, evaluate_policy, load_policy
 
 VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "papo_fullnorm", "prm_only", "arg",
@@ -212,7 +213,7 @@ def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str
     trainer.train()
     bar.close()
     result = {"spec": asdict(spec), "history": history, "train_logs": train_logs,
-              "train_seconds": time.time() - start}
+              "train_seconds": time.time() - start, "kernels": kernels_in_use()}
     if save_dir is not None:
         trainer.model.save_pretrained(save_dir)
         tokenizer.save_pretrained(save_dir)

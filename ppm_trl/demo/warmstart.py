@@ -19,15 +19,18 @@ import os
 import random
 import re
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from ..evaluation import sample_completions
 from ..quiet import datasets_progress_bars_off
+from .kernels import PINNED_KERNELS, cpu_supports_pinned_kernels, kernels_in_use, kernels_pinned, pinned_environ
 
-WARMSTART_VERSION = 2  # bump when the recipe changes, so old caches are not reused
+WARMSTART_VERSION = 3  # bump when the recipe changes, so old caches are not reused
 # v2: a fixed number of SFT steps (no accuracy probe), one thread, deterministic algorithms, a stored fingerprint.
+# v3: built under `kernels.PINNED_KERNELS` (the same weights on every x86-64 CPU), which are part of the key.
 
 
 @dataclass
@@ -81,7 +84,7 @@ class WarmStartSettings:
         return cls(env=env, **{**ENV_RECIPES.get(env, {}), **overrides})
 
     def key(self) -> str:
-        payload = json.dumps({"version": WARMSTART_VERSION, **asdict(self)}, sort_keys=True)
+        payload = json.dumps({"version": WARMSTART_VERSION, "kernels": PINNED_KERNELS, **asdict(self)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -216,14 +219,17 @@ def read_manifest(path: str) -> dict:
 
 def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None = None, force: bool = False,
                progress: bool = True, verify: bool = True) -> str:
-    """Path of the SFT'd checkpoint for `settings`, training it unless cached (default: ~8 min of one core).
+    """Path of the SFT'd checkpoint for `settings`, training it unless cached (default: ~6 min of one core).
 
-    The checkpoint's `warmstart.json` stores the settings and the weights digest. A cached checkpoint whose
-    weights no longer match its stored digest (a partial copy, an edited file, a build of another code version
-    under the same key) is rebuilt, saying why. `verify=False` skips that check (it reads the weights once).
+    The checkpoint's `warmstart.json` stores the settings, the kernels it was built with and the weights digest. A
+    cached checkpoint whose weights no longer match its stored digest (a partial copy, an edited file, a build of
+    another code version under the same key) is rebuilt, saying why. `verify=False` skips that check (it reads the
+    weights once). The build runs under `kernels.PINNED_KERNELS`: in this process when it already runs with them
+    (the demo's and the benchmarks' entry points re-execute themselves so), else in a child process that does.
     """
     settings = settings or WarmStartSettings()
-    path = os.path.join(cache_root or default_cache_root(), settings.key())
+    cache_root = cache_root or default_cache_root()
+    path = os.path.join(cache_root, settings.key())
     if not force and os.path.exists(os.path.join(path, "warmstart.json")):
         if not verify:
             return path
@@ -233,6 +239,28 @@ def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None
             return path
         print(f"warm start: the cached checkpoint {path} has weights digest {actual}, but its warmstart.json "
               f"says {stored}; rebuilding it", flush=True)
+    if kernels_pinned() or not cpu_supports_pinned_kernels():
+        build_warm_start(settings, path, progress)
+    else:
+        _build_in_pinned_child(settings, path, progress)
+    return path
+
+
+def _build_in_pinned_child(settings: WarmStartSettings, path: str, progress: bool) -> None:
+    import subprocess
+
+    code = ("import json, sys; from ppm_trl.demo.warmstart import WarmStartSettings, build_warm_start; "
+            "build_warm_start(WarmStartSettings(**json.loads(sys.argv[1])), sys.argv[2], sys.argv[3] == '1')")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(asdict(settings)), path, "1" if progress else "0"],
+                          env=pinned_environ())
+    if done.returncode != 0:
+        raise RuntimeError(f"the warm-start build (a child process with the pinned kernels {PINNED_KERNELS}) exited "
+                           f"with {done.returncode}; its output is above")
+
+
+def build_warm_start(settings: WarmStartSettings, path: str, progress: bool = True) -> None:
+    """Train `settings`' checkpoint into `path` (replacing it) with the kernels of this process: the body of
+    `warm_start`, which calls it where the kernels are pinned."""
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     from ..tiny import build_tiny_model_and_tokenizer
@@ -270,10 +298,9 @@ def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None
     with open(os.path.join(staging, "warmstart.json"), "w") as handle:
         json.dump({"version": WARMSTART_VERSION, **asdict(settings), "key": settings.key(),
                    "steps_trained": trainer.state.global_step, "weights_digest": digest,
-                   "torch": torch.__version__}, handle, indent=2)
+                   "torch": torch.__version__, "kernels": kernels_in_use()}, handle, indent=2)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(staging, path)
-    return path
 
 
 def reference_check(settings: WarmStartSettings, path: str) -> str | None:
@@ -346,6 +373,7 @@ def evaluate_pass_at_k(model, tokenizer, dataset, max_new_tokens: int, k: int, s
     return summarize(correct, sorted({1, k}))
 
 
-__all__ = ["ENV_RECIPES", "REFERENCE_DIGESTS", "WarmStartSettings", "completion_budget", "default_cache_root",
+__all__ = ["ENV_RECIPES", "REFERENCE_DIGESTS", "WarmStartSettings", "build_warm_start", "completion_budget",
+           "default_cache_root",
            "deterministic_cpu", "evaluate_pass_at_k", "evaluate_policy", "load_policy", "read_manifest",
            "reference_check", "sft_dataset", "warm_start", "weights_digest"]

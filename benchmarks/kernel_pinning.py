@@ -1,0 +1,191 @@
+"""Does a warm start come out the same on every x86-64 CPU, and what does the kernel pin cost? (issue 40, item 0)
+
+    python benchmarks/kernel_pinning.py --json benchmarks/results/kernel_pinning.json
+    python benchmarks/kernel_pinning.py --quick --json /tmp/k.json  # smoke (CI): tiny build, no emulation, no timing
+
+**Identity.** One short SFT build (`--steps` of the warm-start recipe's model, batch and data) in a fresh process
+for each CPU and kernel choice: natively at every ATen dispatch level this CPU has (default, AVX2, AVX-512), as
+torch and MKL choose them and with `ppm_trl.demo.kernels.PINNED_KERNELS`; and, where `qemu-x86_64` is installed
+(Debian's `qemu-user`), under emulated CPUs of the other vendor and older instruction sets (`--emulate`), as the
+CPU chooses and pinned. The weights digest of each build is reported: the pin holds where every pinned row has one
+digest. (qemu does not emulate AVX-512, and its reciprocal-square-root estimates are exact where hardware's are
+approximate: the emulated rows stand for other CPUs as far as the kernels they pick.)
+
+**Cost.** Natively, alternating (`--repeats` each): the SFT seconds per step of a warm-start build, and the seconds
+of a short RL run (`--rl-steps` steps of line-segment PPM at n = `--rl-n` with its evaluations) from one fixed
+checkpoint, pinned against the CPU's own kernels. Ratios in one run, on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from common import RESULTS, markdown_table
+
+from ppm_trl.demo.kernels import PINNED_KERNELS
+
+# A build of `settings` into argv[1] in this process, as its environment pins (or not) the kernels; prints the
+# manifest and the training seconds per step.
+BUILD = """
+import json, os, sys, time
+from ppm_trl.demo.warmstart import WarmStartSettings, build_warm_start, read_manifest
+settings = WarmStartSettings(**json.loads(sys.argv[2]))
+start = time.time()
+build_warm_start(settings, sys.argv[1], progress=False)
+print("RESULT " + json.dumps({**read_manifest(sys.argv[1]), "seconds": time.time() - start}))
+"""
+# One RL run from the checkpoint argv[1] (spec argv[2]); prints its seconds and first/last evaluation.
+RL = """
+import json, sys, tempfile
+from ppm_trl.demo import RunSpec, train_variant
+from ppm_trl.demo.kernels import kernels_in_use
+from ppm_trl.envs import make_dataset
+spec = RunSpec(**json.loads(sys.argv[2]))
+with tempfile.TemporaryDirectory() as scratch:
+    result = train_variant(sys.argv[1], spec, make_dataset("multi_add", spec.n, int(sys.argv[3]), seed=90_000 + spec.n),
+                           scratch, progress=False)
+print("RESULT " + json.dumps({"train_seconds": result["train_seconds"], "kernels": kernels_in_use(),
+                              "last": result["history"][-1]["all_correct"]}))
+"""
+LEVELS = ["default", "avx2", "avx512"]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="SFT steps of each identity build.")
+    parser.add_argument("--emulate", nargs="*", default=["Nehalem", "Haswell", "Skylake-Client", "EPYC"],
+                        help="qemu CPU models for emulated builds (skipped without qemu-x86_64).")
+    parser.add_argument("--cost-sft-steps", type=int, default=100)
+    parser.add_argument("--rl-steps", type=int, default=10)
+    parser.add_argument("--rl-n", type=int, default=6)
+    parser.add_argument("--rl-eval-size", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2, help="Timed runs per kernel choice (alternating).")
+    parser.add_argument("--json", default=None, help="Default: benchmarks/results/kernel_pinning.json (--quick: a "
+                        "temporary file).")
+    parser.add_argument("--quick", action="store_true", help="Smoke: a tiny build, native only, no timing.")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.emulate, args.repeats = 2, [], 0
+    if args.json is None:
+        args.json = os.path.join(tempfile.gettempdir() if args.quick else RESULTS, "kernel_pinning.json")
+    return args
+
+
+def environment(level: str | None, pinned: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (*PINNED_KERNELS, "PPM_TRL_KERNELS_REEXECUTED")}
+    if level is not None:
+        env["ATEN_CPU_CAPABILITY"] = level
+    return {**env, **(PINNED_KERNELS if pinned else {}), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def run_child(code: str, args: list[str], env: dict[str, str], emulate: str | None = None) -> dict:
+    prefix = ["qemu-x86_64", "-cpu", emulate] if emulate else []
+    done = subprocess.run([*prefix, sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=6 * 3600)
+    if done.returncode != 0 or "RESULT " not in done.stdout:
+        raise SystemExit(f"child failed ({emulate or 'native'}): {done.stderr[-2000:]}")
+    return json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+
+
+def build(settings: dict, env: dict[str, str], emulate: str | None = None) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        return run_child(BUILD, [os.path.join(scratch, "model"), json.dumps(settings)], env, emulate)
+
+
+def native_levels() -> list[str]:
+    done = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                          capture_output=True, text=True, env=environment(None, False), check=True)
+    return LEVELS[: {"DEFAULT": 1, "AVX2": 2, "AVX512": 3}.get(done.stdout.strip(), 1)]
+
+
+def identity(args) -> list[dict]:
+    from ppm_trl.demo.warmstart import WarmStartSettings
+
+    settings = {**json.loads(json.dumps(WarmStartSettings().__dict__)), "max_steps": args.steps,
+                "num_examples": 32 * args.steps}
+    if args.quick:
+        settings.update(horizons=[1, 2], batch_size=8, hidden_size=32, num_hidden_layers=1, num_examples=64)
+    rows = []
+    for level in native_levels():
+        for pinned in (False, True):
+            manifest = build(settings, environment(level, pinned))
+            rows.append({"cpu": "native", "requested_aten": level, "pinned": pinned, **slim(manifest)})
+            print(f"  native, ATen asked {level:<8} pinned={pinned!s:<5} → {rows[-1]}", flush=True)
+    if args.emulate and shutil.which("qemu-x86_64") is None:
+        print("  qemu-x86_64 not found (apt-get install qemu-user): no emulated CPUs", flush=True)
+        args.emulate = []
+    for cpu in args.emulate:
+        for pinned in (False, True):
+            manifest = build(settings, environment(None, pinned), emulate=cpu)
+            rows.append({"cpu": f"qemu {cpu}", "requested_aten": None, "pinned": pinned, **slim(manifest)})
+            print(f"  qemu {cpu:<14} pinned={pinned!s:<5} → {rows[-1]}", flush=True)
+    return rows
+
+
+def slim(manifest: dict) -> dict:
+    return {"aten": manifest["kernels"]["aten"], "mkl_cbwr": manifest["kernels"]["mkl_cbwr"],
+            "digest": manifest["weights_digest"], "seconds": round(manifest["seconds"], 1)}
+
+
+def cost(args, checkpoint: str) -> dict:
+    from ppm_trl.demo.warmstart import WarmStartSettings
+
+    sft = {**json.loads(json.dumps(WarmStartSettings().__dict__)), "max_steps": args.cost_sft_steps,
+           "num_examples": 32 * args.cost_sft_steps}
+    spec = {"variant": "lines", "n": args.rl_n, "learning_rate": 1e-4, "max_steps": args.rl_steps,
+            "eval_every": args.rl_steps, "seed": 0}
+    timings = {"sft": {False: [], True: []}, "rl": {False: [], True: []}}
+    for _ in range(args.repeats):
+        for pinned in (False, True):
+            timings["sft"][pinned].append(build(sft, environment(None, pinned))["seconds"] / args.cost_sft_steps)
+            rl = run_child(RL, [checkpoint, json.dumps(spec), str(args.rl_eval_size)], environment(None, pinned))
+            timings["rl"][pinned].append(rl["train_seconds"] / args.rl_steps)
+            print(f"  pinned={pinned}: SFT {timings['sft'][pinned][-1]:.3f} s/step, RL "
+                  f"{timings['rl'][pinned][-1]:.2f} s/step", flush=True)
+    out = {}
+    for part in ("sft", "rl"):
+        own, pinned = statistics.median(timings[part][False]), statistics.median(timings[part][True])
+        out[part] = {"own_kernels_s_per_step": own, "pinned_s_per_step": pinned, "ratio": pinned / own,
+                     "runs": {str(k): v for k, v in timings[part].items()}}
+    out["settings"] = {"sft_steps": args.cost_sft_steps, "rl": spec, "rl_eval_size": args.rl_eval_size,
+                       "checkpoint": checkpoint}
+    return out
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    print("identity: one short build per CPU and kernel choice", flush=True)
+    rows = identity(args)
+    pinned_digests = sorted({row["digest"] for row in rows if row["pinned"]})
+    results = {"pinned_kernels": PINNED_KERNELS, "identity": rows, "pinned_digests": pinned_digests,
+               "own_kernel_digests": sorted({row["digest"] for row in rows if not row["pinned"]}),
+               "settings": {"steps": args.steps, "emulate": args.emulate}}
+    if args.repeats:
+        from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
+
+        print("cost: pinned against the CPU's own kernels, alternating", flush=True)
+        results["cost"] = cost(args, warm_start(WarmStartSettings(), progress=False))
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as handle:
+        json.dump(results, handle, indent=2)
+    print(markdown_table(["CPU", "ATen asked", "pinned", "ATen used", "MKL_CBWR", "digest"],
+                         [[r["cpu"], r["requested_aten"] or "(CPU's)", "yes" if r["pinned"] else "no", r["aten"],
+                           r["mkl_cbwr"] or "–", r["digest"]] for r in rows]))
+    print(f"pinned builds: {len(pinned_digests)} digest(s) {pinned_digests}")
+    if "cost" in results:
+        for part in ("sft", "rl"):
+            c = results["cost"][part]
+            print(f"{part}: {c['own_kernels_s_per_step']:.3f} → {c['pinned_s_per_step']:.3f} s/step pinned "
+                  f"({c['ratio']:.2f}x)")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""One choice of CPU kernels for every number the demo and the benchmarks report, whatever x86-64 CPU runs them.
+
+torch picks its vectorised kernels (ATen) by the CPU's instruction set, and MKL picks its GEMM and vector-math code
+paths by the instruction set *and the vendor*; each sums and rounds floats in its own way, and after a thousand SFT
+steps of a tiny model the difference is another checkpoint (an AVX-512 Xeon built the demo's warm start with another
+digest than the AMD machine the reference numbers come from). `PINNED_KERNELS` fixes both at the level every x86-64
+CPU has: ATen's baseline (`default`, SSE2) kernels and MKL's `COMPATIBLE` branch of Conditional Numerical
+Reproducibility, STRICT (results independent of memory alignment). Measured (`benchmarks/kernel_pinning.py`,
+BENCHMARKS.md "Numbers on any x86-64 CPU"): one digest natively on an AVX-512 AMD CPU and under emulated Intel
+(Nehalem, Haswell, Skylake) and AMD (EPYC) CPUs, where the unpinned builds give a different one on each. The cost is
+time, mostly the SSE2 GEMMs: the SFT of a warm start takes about 2.4x as long, an RL step about 1.3x. MKL's AVX2
+branch with ATen's AVX2 kernels costs nothing but does not hold across vendors (MKL's exp, log and erf take
+vendor-specific paths: an emulated Intel CPU built another digest).
+
+Both settings are read once per process (ATen's at its first dispatched kernel, MKL's at its first call), so they
+must be in the environment before torch computes anything: command-line entry points re-execute themselves with
+them (`pin_kernels`), and `warm_start` builds in a pinned child process when called from an unpinned one.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+PINNED_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE,STRICT"}
+_REEXECUTED = "PPM_TRL_KERNELS_REEXECUTED"  # set in the re-executed process: never re-execute twice
+
+
+def cpu_supports_pinned_kernels() -> bool:
+    """Whether the pin means anything here: an x86-64 CPU (other CPUs have neither these kernels nor MKL)."""
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def kernels_in_use() -> dict[str, str | None]:
+    """The kernel choice of this process: ATen's capability (as torch reports it) and MKL's CNR branch."""
+    import torch
+
+    return {"aten": torch.backends.cpu.get_cpu_capability(), "mkl_cbwr": os.environ.get("MKL_CBWR")}
+
+
+def kernels_pinned() -> bool:
+    """Whether this process computes with `PINNED_KERNELS` (settings present before torch chose its kernels)."""
+    if any(os.environ.get(name) != value for name, value in PINNED_KERNELS.items()):
+        return False
+    return kernels_in_use()["aten"] == PINNED_KERNELS["ATEN_CPU_CAPABILITY"].upper()
+
+
+def pinned_environ(base: dict[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) with `PINNED_KERNELS` on top."""
+    return {**(os.environ if base is None else base), **PINNED_KERNELS}
+
+
+def pin_kernels() -> None:
+    """Re-execute this program (same interpreter, same command line) with `PINNED_KERNELS`, unless it already runs
+    with them or the CPU is not x86-64. Call it first thing in a command-line entry point, never inside a library
+    call (it replaces the process)."""
+    if kernels_pinned():
+        return
+    if os.environ.get(_REEXECUTED):
+        print(f"ppm_trl: warning: re-executed with {PINNED_KERNELS} but torch reports {kernels_in_use()}; numbers "
+              "may differ from other machines'", file=sys.stderr, flush=True)
+        return
+    if not cpu_supports_pinned_kernels():
+        print(f"ppm_trl: note: kernels are pinned on x86-64 CPUs only, this is {platform.machine()}: its numbers "
+              "(and warm-start fingerprints) differ from the reference machine's", file=sys.stderr, flush=True)
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**pinned_environ(), _REEXECUTED: "1"})
+
+
+__all__ = ["PINNED_KERNELS", "cpu_supports_pinned_kernels", "kernels_in_use", "kernels_pinned", "pin_kernels",
+           "pinned_environ"]
