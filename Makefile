@@ -128,8 +128,9 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/snr.py
 	@echo "Each paper's headline under one protocol (PPM gap vs horizon, PAPO on multi_add_boxed, ARG vs resampling; see BENCHMARKS.md): make bench-evidence"
 
-# The learning evidence of BENCHMARKS.md: benchmarks/results/evidence/summary.json. Resumes from the cached runs
-# (benchmarks/results/evidence/runs, one JSON per run); `python benchmarks/evidence.py --plan` lists what is left.
+# The learning evidence of BENCHMARKS.md under the pinned kernels: benchmarks/results/evidence_v3/summary.json. Resumes
+# from the cached runs (evidence_v3/runs, one JSON per run); `python benchmarks/evidence.py --plan` lists what is left.
+# benchmarks/results/evidence holds protocol 2's runs, measured before the pin (`--summarize-only --output-dir` reads them).
 bench-evidence: install
 	$(BIN)/python benchmarks/evidence.py --workers 2
 

@@ -36,7 +36,8 @@ TIMING_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", help="Run files, relative to --results-dir.")
-    parser.add_argument("--results-dir", default=os.path.join(RESULTS, "evidence"))
+    parser.add_argument("--results-dir", default=os.path.join(RESULTS, "evidence_v3"),
+                        help="Where the runs are (evidence.py's --output-dir).")
     parser.add_argument("--cache-dir", default=None, help="Warm-start cache (default: a fresh temporary directory).")
     parser.add_argument("--eval-size", type=int, default=256, help="As the evidence runs were made.")
     parser.add_argument("--workers", type=int, default=1)

@@ -1,15 +1,17 @@
 """Does a warm start come out the same on every x86-64 CPU, and what does the kernel pin cost? (issue 40, item 0)
 
-    python benchmarks/kernel_pinning.py --json benchmarks/results/kernel_pinning.json
-    python benchmarks/kernel_pinning.py --quick --json /tmp/k.json  # smoke (CI): tiny build, no emulation, no timing
+    python benchmarks/kernel_pinning.py --parts identity    # benchmarks/results/kernel_pinning.json; ~15 min, 1 core
+    python benchmarks/kernel_pinning.py --parts cost        # on otherwise idle cores (timings)
+    python benchmarks/kernel_pinning.py --quick             # smoke (CI): tiny build, native only, no timing
 
-**Identity.** One short SFT build (`--steps` of the warm-start recipe's model, batch and data) in a fresh process
+**Identity.** One short SFT build (`--steps` steps of a tiny model, or `--size recipe`: the recipe's) in a fresh process
 for each CPU and kernel choice: natively at every ATen dispatch level this CPU has (default, AVX2, AVX-512), as
 torch and MKL choose them and with `ppm_trl.demo.kernels.PINNED_KERNELS`; and, where `qemu-x86_64` is installed
 (Debian's `qemu-user`), under emulated CPUs of the other vendor and older instruction sets (`--emulate`), as the
-CPU chooses and pinned. The weights digest of each build is reported: the pin holds where every pinned row has one
-digest. (qemu does not emulate AVX-512, and its reciprocal-square-root estimates are exact where hardware's are
-approximate: the emulated rows stand for other CPUs as far as the kernels they pick.)
+CPU chooses them, pinned, and with the cheaper pin this module rejected (ATen's AVX2 kernels and MKL's AVX2 branch).
+The weights digest of each build is reported: a choice holds where all its rows have one digest. (qemu does not
+emulate AVX-512, and its reciprocal-square-root estimates are exact where hardware's are approximate: the emulated
+rows stand for other CPUs as far as the kernels they pick.)
 
 **Cost.** Natively, alternating (`--repeats` each): the SFT seconds per step of a warm-start build, and the seconds
 of a short RL run (`--rl-steps` steps of line-segment PPM at n = `--rl-n` with its evaluations) from one fixed
@@ -55,12 +57,16 @@ print("RESULT " + json.dumps({"train_seconds": result["train_seconds"], "kernels
                               "last": result["history"][-1]["all_correct"]}))
 """
 LEVELS = ["default", "avx2", "avx512"]
+NO_AVX2 = {"Nehalem", "Westmere", "SandyBridge", "IvyBridge", "qemu64", "Opteron_G3"}
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20, help="SFT steps of each identity build.")
-    parser.add_argument("--emulate", nargs="*", default=["Nehalem", "Haswell", "Skylake-Client", "EPYC"],
+    parser.add_argument("--steps", type=int, default=5, help="SFT steps of each identity build.")
+    parser.add_argument("--size", choices=["tiny", "recipe"], default="tiny",
+                        help="Identity builds of a tiny model (hidden 32, 1 layer, batch 8: an emulated build takes "
+                             "~1.5 min of one core) or of the recipe's (hidden 128, 2 layers, batch 32: ~10 min).")
+    parser.add_argument("--emulate", nargs="*", default=["Haswell", "EPYC", "Nehalem"],
                         help="qemu CPU models for emulated builds (skipped without qemu-x86_64).")
     parser.add_argument("--cost-sft-steps", type=int, default=100)
     parser.add_argument("--rl-steps", type=int, default=10)
@@ -69,20 +75,26 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=2, help="Timed runs per kernel choice (alternating).")
     parser.add_argument("--json", default=None, help="Default: benchmarks/results/kernel_pinning.json (--quick: a "
                         "temporary file).")
+    parser.add_argument("--parts", nargs="+", choices=["identity", "cost"], default=["identity", "cost"],
+                        help="What to measure; a part not run keeps what --json already holds for it.")
     parser.add_argument("--quick", action="store_true", help="Smoke: a tiny build, native only, no timing.")
     args = parser.parse_args(argv)
     if args.quick:
-        args.steps, args.emulate, args.repeats = 2, [], 0
+        args.steps, args.size, args.emulate, args.parts = 2, "tiny", [], ["identity"]
     if args.json is None:
         args.json = os.path.join(tempfile.gettempdir() if args.quick else RESULTS, "kernel_pinning.json")
     return args
 
 
-def environment(level: str | None, pinned: bool) -> dict[str, str]:
+# The kernel choices compared: the CPU's own, the pin, and the rejected cheaper pin at the AVX2 level.
+CHOICES = {"own": {}, "pinned": PINNED_KERNELS, "avx2_level": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"}}
+
+
+def environment(level: str | None, choice: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in (*PINNED_KERNELS, "PPM_TRL_KERNELS_REEXECUTED")}
     if level is not None:
         env["ATEN_CPU_CAPABILITY"] = level
-    return {**env, **(PINNED_KERNELS if pinned else {}), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    return {**env, **CHOICES[choice], "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 
 
 def run_child(code: str, args: list[str], env: dict[str, str], emulate: str | None = None) -> dict:
@@ -101,7 +113,7 @@ def build(settings: dict, env: dict[str, str], emulate: str | None = None) -> di
 
 def native_levels() -> list[str]:
     done = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
-                          capture_output=True, text=True, env=environment(None, False), check=True)
+                          capture_output=True, text=True, env=environment(None, "own"), check=True)
     return LEVELS[: {"DEFAULT": 1, "AVX2": 2, "AVX512": 3}.get(done.stdout.strip(), 1)]
 
 
@@ -110,22 +122,29 @@ def identity(args) -> list[dict]:
 
     settings = {**json.loads(json.dumps(WarmStartSettings().__dict__)), "max_steps": args.steps,
                 "num_examples": 32 * args.steps}
-    if args.quick:
+    if args.size == "tiny":
         settings.update(horizons=[1, 2], batch_size=8, hidden_size=32, num_hidden_layers=1, num_examples=64)
     rows = []
-    for level in native_levels():
-        for pinned in (False, True):
-            manifest = build(settings, environment(level, pinned))
-            rows.append({"cpu": "native", "requested_aten": level, "pinned": pinned, **slim(manifest)})
-            print(f"  native, ATen asked {level:<8} pinned={pinned!s:<5} → {rows[-1]}", flush=True)
+
+    def add(cpu: str, level: str | None, choice: str, emulate: str | None = None) -> None:
+        rows.append({"cpu": cpu, "requested_aten": level, "choice": choice,
+                     **slim(build(settings, environment(level, choice), emulate))})
+        print(f"  {rows[-1]}", flush=True)
+
+    levels = native_levels()
+    for level in levels:
+        for choice in ("own", "pinned"):
+            add("native", level, choice)
+    if "avx2" in levels and not args.quick:
+        add("native", None, "avx2_level")
     if args.emulate and shutil.which("qemu-x86_64") is None:
         print("  qemu-x86_64 not found (apt-get install qemu-user): no emulated CPUs", flush=True)
         args.emulate = []
     for cpu in args.emulate:
-        for pinned in (False, True):
-            manifest = build(settings, environment(None, pinned), emulate=cpu)
-            rows.append({"cpu": f"qemu {cpu}", "requested_aten": None, "pinned": pinned, **slim(manifest)})
-            print(f"  qemu {cpu:<14} pinned={pinned!s:<5} → {rows[-1]}", flush=True)
+        for choice in ("own", "pinned", "avx2_level"):
+            if choice == "avx2_level" and cpu in NO_AVX2:
+                continue  # ATen's AVX2 kernels on a CPU without AVX2: an illegal instruction
+            add(f"qemu {cpu}", None, choice, emulate=cpu)
     return rows
 
 
@@ -144,8 +163,9 @@ def cost(args, checkpoint: str) -> dict:
     timings = {"sft": {False: [], True: []}, "rl": {False: [], True: []}}
     for _ in range(args.repeats):
         for pinned in (False, True):
-            timings["sft"][pinned].append(build(sft, environment(None, pinned))["seconds"] / args.cost_sft_steps)
-            rl = run_child(RL, [checkpoint, json.dumps(spec), str(args.rl_eval_size)], environment(None, pinned))
+            env = environment(None, "pinned" if pinned else "own")
+            timings["sft"][pinned].append(build(sft, env)["seconds"] / args.cost_sft_steps)
+            rl = run_child(RL, [checkpoint, json.dumps(spec), str(args.rl_eval_size)], env)
             timings["rl"][pinned].append(rl["train_seconds"] / args.rl_steps)
             print(f"  pinned={pinned}: SFT {timings['sft'][pinned][-1]:.3f} s/step, RL "
                   f"{timings['rl'][pinned][-1]:.2f} s/step", flush=True)
@@ -161,13 +181,19 @@ def cost(args, checkpoint: str) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    print("identity: one short build per CPU and kernel choice", flush=True)
-    rows = identity(args)
-    pinned_digests = sorted({row["digest"] for row in rows if row["pinned"]})
-    results = {"pinned_kernels": PINNED_KERNELS, "identity": rows, "pinned_digests": pinned_digests,
-               "own_kernel_digests": sorted({row["digest"] for row in rows if not row["pinned"]}),
-               "settings": {"steps": args.steps, "emulate": args.emulate}}
-    if args.repeats:
+    results = {}
+    if os.path.exists(args.json):
+        with open(args.json) as handle:
+            results = json.load(handle)
+    results["pinned_kernels"], results["choices"] = PINNED_KERNELS, CHOICES
+    if "identity" in args.parts:
+        print("identity: one short build per CPU and kernel choice", flush=True)
+        rows = identity(args)
+        results.update(identity=rows, settings={"steps": args.steps, "size": args.size, "emulate": args.emulate},
+                       digests_by_choice={choice: sorted({r["digest"] for r in rows if r["choice"] == choice})
+                                          for choice in CHOICES})
+        results["pinned_digests"] = results["digests_by_choice"]["pinned"]
+    if "cost" in args.parts:
         from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
 
         print("cost: pinned against the CPU's own kernels, alternating", flush=True)
@@ -175,15 +201,17 @@ def main(argv=None) -> dict:
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as handle:
         json.dump(results, handle, indent=2)
-    print(markdown_table(["CPU", "ATen asked", "pinned", "ATen used", "MKL_CBWR", "digest"],
-                         [[r["cpu"], r["requested_aten"] or "(CPU's)", "yes" if r["pinned"] else "no", r["aten"],
-                           r["mkl_cbwr"] or "–", r["digest"]] for r in rows]))
-    print(f"pinned builds: {len(pinned_digests)} digest(s) {pinned_digests}")
-    if "cost" in results:
-        for part in ("sft", "rl"):
-            c = results["cost"][part]
-            print(f"{part}: {c['own_kernels_s_per_step']:.3f} → {c['pinned_s_per_step']:.3f} s/step pinned "
-                  f"({c['ratio']:.2f}x)")
+    rows = results.get("identity", [])
+    print(markdown_table(["CPU", "ATen asked", "kernels", "ATen used", "MKL_CBWR", "digest", "build s"],
+                         [[r["cpu"], r["requested_aten"] or "(CPU's)", r["choice"], r["aten"], r["mkl_cbwr"] or "–",
+                           r["digest"], f"{r['seconds']:.0f}"] for r in rows]))
+    for choice, found in results.get("digests_by_choice", {}).items():
+        if found:
+            print(f"{choice} builds: {len(found)} digest(s) {found}")
+    for part in ("sft", "rl") if "cost" in results else ():
+        c = results["cost"][part]
+        print(f"{part}: {c['own_kernels_s_per_step']:.3f} → {c['pinned_s_per_step']:.3f} s/step pinned "
+              f"({c['ratio']:.2f}x)")
     return results
 
 

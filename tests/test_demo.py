@@ -145,11 +145,16 @@ def test_env_recipes_apply_and_overrides_win():
     assert chain.key() != warmstart.WarmStartSettings(env="chain_add").key()
 
 
-def test_the_cache_key_is_the_recipe_and_its_version():
+def test_the_cache_key_is_the_recipe_its_version_and_the_pinned_kernels(monkeypatch):
+    from ppm_trl.demo.kernels import PINNED_KERNELS
+
     settings = warmstart.WarmStartSettings()
-    digest = hashlib.sha256(json.dumps({"version": warmstart.WARMSTART_VERSION, **dataclasses.asdict(settings)},
-                                       sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps({"version": warmstart.WARMSTART_VERSION, "kernels": PINNED_KERNELS,
+                                        **dataclasses.asdict(settings)}, sort_keys=True).encode())
     assert settings.key() == digest.hexdigest()[:16]
+    key = settings.key()
+    monkeypatch.setattr(warmstart, "PINNED_KERNELS", {**PINNED_KERNELS, "MKL_CBWR": "AVX2,STRICT"})
+    assert settings.key() != key  # another pin is another checkpoint
     assert warmstart.WarmStartSettings(max_steps=settings.max_steps + 1).key() != settings.key()
     assert not hasattr(settings, "target_per_subproblem")  # no accuracy-dependent stop: the step count is the recipe
 
@@ -272,3 +277,12 @@ def test_line_error_rate_is_validated_and_enters_the_cache_key():
         warmstart.WarmStartSettings(env="chain_add", line_error_rate=0.1)
     assert warmstart.WarmStartSettings(line_error_rate=0.1).key() != warmstart.WarmStartSettings(
         line_error_rate=0.2).key()
+
+
+def test_every_recipe_of_the_reference_table_is_a_current_cache_key():
+    """REFERENCE_DIGESTS is keyed by the recipes' current cache keys (the key hashes the recipe version and the
+    pinned kernels): a change of either that leaves the table stale fails here, not silently on a user's machine."""
+    recipes = {warmstart.WarmStartSettings.for_env(env, seed=seed).key(): (env, seed)
+               for env, seed in (("multi_add", 0), ("multi_add", 1), ("multi_add_any_order", 0),
+                                 ("multi_add_boxed", 0))}
+    assert set(warmstart.REFERENCE_DIGESTS) == set(recipes)
