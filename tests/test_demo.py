@@ -29,6 +29,14 @@ def test_quick_demo_writes_results_plot_and_a_loadable_checkpoint(tmp_path, caps
         assert [h["samples"] for h in history] == [0, 64, 128]
         # An all-correct answer has every sub-problem right, so the rate can never exceed per-sub-problem accuracy.
         assert all(0.0 <= h["all_correct"] <= h["per_subproblem"] + 1e-9 <= 1.0 + 1e-9 for h in history)
+        # The last evaluation keeps its completions (all 8 of the quick eval set: their verdicts are the rates).
+        assert all("completions" not in h for h in history[:-1])
+        for key, rate in (("completions", "all_correct"), ("greedy_completions", "greedy_all_correct")):
+            kept = history[-1][key]
+            assert len(kept) == 8 and all(isinstance(c["completion"], str) for c in kept)
+            assert sum(c["correct"] for c in kept) / 8 == history[-1][rate]
+            assert sum(len(c["points"]) for c in kept) / (8 * 2) == pytest.approx(
+                history[-1]["per_subproblem" if key == "completions" else "greedy_per_subproblem"])
     printed = capsys.readouterr().out
     fingerprint = summary["warm_start_fingerprint"]
     assert f"fingerprint (weights sha256): {fingerprint}" in printed and f"warm start {fingerprint}" in printed

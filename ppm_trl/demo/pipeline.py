@@ -3,9 +3,8 @@ the four steps of `ppm_trl.demo` from the command line (`DemoArguments`, parsed 
 
 Every number it prints is reproducible: the warm start trains a fixed number of SFT steps and every model
 computation runs on one thread with deterministic algorithms (`warmstart.deterministic_cpu`), whatever
-OMP_NUM_THREADS says, with the same kernels on every x86-64 CPU with AVX2 (`kernels`: `python -m ppm_trl.demo`
-re-executes itself with them); the RL runs go to worker processes (one thread each), so a 2-core machine runs two at
-once.
+OMP_NUM_THREADS says, with the same kernels on every x86-64 CPU (`kernels`: `python -m ppm_trl.demo` re-executes
+itself with them); the RL runs go to worker processes (one thread each), so a 2-core machine runs two at once.
 """
 
 from __future__ import annotations

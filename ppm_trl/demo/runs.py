@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from .kernels import kernels_in_use
 from .warmstart import completion_budget, deterministic_cpu, evaluate_pass_at_k, evaluate_policy, load_policy
 
+KEPT_COMPLETIONS = 16  # completions of the last evaluation kept in a run's history (T = 1 and greedy)
 VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "papo_fullnorm", "prm_only", "arg",
             "fixed_prefix", "fixed_quarter", "resampling", "reference_insertion", "ppm+arg", "papo+arg")
 VARIANT_LABELS = {
@@ -160,10 +161,13 @@ def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history:
                 train_logs.append({"step": state.global_step, **kept})
 
     def record(model, step: int):
-        # Sampled at the training temperature, then greedy; each restores the RNG, so neither changes the run.
-        metrics = evaluate_policy(model, tokenizer, eval_dataset, budget, seed=1234)
-        greedy = evaluate_policy(model, tokenizer, eval_dataset, budget, temperature=0.0)
-        metrics.update({f"greedy_{key}": greedy[key] for key in ("all_correct", "per_subproblem")})
+        # Sampled at the training temperature, then greedy; each restores the RNG, so neither changes the run. The
+        # last evaluation keeps its first completions of each (what the policy writes at the end, e.g. its format).
+        keep = KEPT_COMPLETIONS if step == spec.max_steps else 0
+        metrics = evaluate_policy(model, tokenizer, eval_dataset, budget, seed=1234, keep_completions=keep)
+        greedy = evaluate_policy(model, tokenizer, eval_dataset, budget, temperature=0.0, keep_completions=keep)
+        metrics.update({f"greedy_{key}": greedy[key] for key in ("all_correct", "per_subproblem", "completions")
+                        if key in greedy})
         if spec.pass_k and step == spec.max_steps:
             metrics.update(evaluate_pass_at_k(model, tokenizer, eval_dataset, budget, spec.pass_k, seed=4321))
         history.append({"step": step, "samples": step * spec.samples_per_step, **metrics})

@@ -220,7 +220,7 @@ def read_manifest(path: str) -> dict:
 
 def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None = None, force: bool = False,
                progress: bool = True, verify: bool = True) -> str:
-    """Path of the SFT'd checkpoint for `settings`, training it unless cached (default: ~6 min of one core).
+    """Path of the SFT'd checkpoint for `settings`, training it unless cached (default: ~12 min of one core).
 
     The checkpoint's `warmstart.json` stores the settings, the kernels it was built with and the weights digest. A
     cached checkpoint whose weights no longer match its stored digest (a partial copy, an edited file, a build of
@@ -334,12 +334,13 @@ def completion_budget(env: str, n: int, slack: float = 1.3) -> int:
 
 
 def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature: float = 1.0, seed: int = 0,
-                    batch_size: int = 128) -> dict[str, float]:
+                    batch_size: int = 128, keep_completions: int = 0) -> dict[str, float]:
     """Sampled success on `dataset` rows: `all_correct` (the env's verifier) and `per_subproblem` accuracy.
 
     `per_subproblem` is the mean fraction of points 1..n reached (goal excluded, no graph closure), the metric that
     still moves when all-correct success is 0; `per_point[k-1]` is the fraction of rows reaching point k (where in
-    the solution errors sit), given when all rows have the same number of points.
+    the solution errors sit), given when all rows have the same number of points. `completions` (with
+    `keep_completions`): the first that many rows' completion, verdict and points reached, to read what was learned.
     """
     from ..envs import get_env
 
@@ -359,6 +360,10 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
     sizes = {len(row["reasoning_points"]) - 1 for row in rows}
     if len(sizes) == 1:
         metrics["per_point"] = [sum(k in reached for reached in reached_sets) / len(rows) for k in range(1, sizes.pop() + 1)]
+    if keep_completions:
+        metrics["completions"] = [
+            {"completion": text, "correct": bool(get_env(row["env"]).verify(row, text)), "points": sorted(reached)}
+            for row, text, reached in list(zip(rows, completions, reached_sets))[:keep_completions]]
     return metrics
 
 
@@ -376,6 +381,5 @@ def evaluate_pass_at_k(model, tokenizer, dataset, max_new_tokens: int, k: int, s
 
 
 __all__ = ["ENV_RECIPES", "REFERENCE_DIGESTS", "WarmStartSettings", "build_warm_start", "completion_budget",
-           "default_cache_root",
-           "deterministic_cpu", "evaluate_pass_at_k", "evaluate_policy", "load_policy", "read_manifest",
-           "reference_check", "sft_dataset", "warm_start", "weights_digest"]
+           "default_cache_root", "deterministic_cpu", "evaluate_pass_at_k", "evaluate_policy", "load_policy",
+           "read_manifest", "reference_check", "sft_dataset", "warm_start", "weights_digest"]
