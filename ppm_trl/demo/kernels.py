@@ -8,9 +8,9 @@ CPU has: ATen's baseline (`default`, SSE2) kernels and MKL's `COMPATIBLE` branch
 Reproducibility, STRICT (results independent of memory alignment). Measured (`benchmarks/kernel_pinning.py`,
 BENCHMARKS.md "Numbers on any x86-64 CPU"): one digest natively at every ATen level of an AVX-512 AMD CPU and
 under emulated Intel (Nehalem, Haswell) and AMD (EPYC) CPUs, where their own kernels gave five different ones. The
-cost is time, mostly the SSE2 GEMMs: an SFT step of a warm start takes 2.15x as long, an RL step 1.56x. ATen's AVX2
-kernels with MKL's AVX2 branch are cheaper but do not hold across vendors (an emulated Intel CPU built another digest
-than native and emulated AMD ones) and crash a CPU without AVX2.
+cost is time: an SFT step of a warm start takes 2.15x as long, an RL step 1.56x. ATen's AVX2 kernels with MKL's
+AVX2 branch do not hold across vendors (an emulated Intel CPU built another digest than native and emulated AMD ones)
+and crash a CPU without AVX2.
 
 Both settings are read once per process (ATen's at its first dispatched kernel, MKL's at its first call), so they
 must be in the environment before torch computes anything: command-line entry points re-execute themselves with
