@@ -8,7 +8,7 @@
 for each CPU and kernel choice: natively at every ATen dispatch level this CPU has (default, AVX2, AVX-512), as
 torch and MKL choose them and with `ppm_trl.demo.kernels.PINNED_KERNELS`; and, where `qemu-x86_64` is installed
 (Debian's `qemu-user`), under emulated CPUs of the other vendor and older instruction sets (`--emulate`), as the
-CPU chooses them, pinned, and with the cheaper pin this module rejected (ATen's AVX2 kernels and MKL's AVX2 branch).
+CPU chooses them, pinned, and with the AVX2-level pin that `kernels` rejected (ATen's AVX2 kernels, MKL's AVX2 branch).
 The weights digest of each build is reported: a choice holds where all its rows have one digest. (qemu does not
 emulate AVX-512, and its reciprocal-square-root estimates are exact where hardware's are approximate: the emulated
 rows stand for other CPUs as far as the kernels they pick.)
@@ -65,7 +65,7 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, default=5, help="SFT steps of each identity build.")
     parser.add_argument("--size", choices=["tiny", "recipe"], default="tiny",
                         help="Identity builds of a tiny model (hidden 32, 1 layer, batch 8: an emulated build takes "
-                             "~1.5 min of one core) or of the recipe's (hidden 128, 2 layers, batch 32: ~10 min).")
+                             "~1.5 min of one core) or of the recipe's (hidden 128, 2 layers, batch 32: over 8 min).")
     parser.add_argument("--emulate", nargs="*", default=["Haswell", "EPYC", "Nehalem"],
                         help="qemu CPU models for emulated builds (skipped without qemu-x86_64).")
     parser.add_argument("--cost-sft-steps", type=int, default=100)
@@ -86,7 +86,7 @@ def parse_args(argv=None):
     return args
 
 
-# The kernel choices compared: the CPU's own, the pin, and the rejected cheaper pin at the AVX2 level.
+# The kernel choices compared: the CPU's own, the pin, and the rejected pin at the AVX2 level.
 CHOICES = {"own": {}, "pinned": PINNED_KERNELS, "avx2_level": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2,STRICT"}}
 
 
