@@ -140,7 +140,8 @@ def main(argv=None) -> dict:
     plot_path = os.path.join(args.output_dir, "success_vs_samples.png")
     plot_histories(results, plot_path, f"multi_add, n={args.n}: segment-level PPM vs sparse GRPO")
     summary = {"n": args.n, "warm_start": model_path, "warm_start_fingerprint": fingerprint,
-               "warm_start_settings": asdict(settings), "kernels": kernels, "profile": {str(k): v for k, v in profile.items()},
+               "warm_start_settings": asdict(settings), "kernels": kernels,
+               "profile": {str(k): v for k, v in profile.items()},
                "horizon_reasons": {str(k): v for k, v in reasons.items()}, "runs": results, "summary": summary_rows,
                "plot": plot_path, "ppm_model": ppm_dir, "wall_seconds": time.time() - t0}
     with open(os.path.join(args.output_dir, "results.json"), "w") as handle:

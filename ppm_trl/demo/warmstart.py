@@ -348,22 +348,22 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
     samples = sample_completions(model, tokenizer, [row["prompt"] for row in rows], 1, max_new_tokens,
                                  temperature=temperature, batch_size=batch_size, seed=seed)
     completions = [texts[0] for texts in samples]
-    solved, fractions, reached_sets = 0, [], []
+    verdicts, fractions, reached_sets = [], [], []
     for row, text in zip(rows, completions):
         env = get_env(row["env"])
-        solved += env.verify(row, text)
+        verdicts.append(bool(env.verify(row, text)))
         num_sub = len(row["reasoning_points"]) - 1
         reached = env.match_points(row, text) - {num_sub + 1}
         fractions.append(len(reached) / num_sub)
         reached_sets.append(reached)
-    metrics = {"all_correct": solved / len(rows), "per_subproblem": sum(fractions) / len(rows), "num_prompts": len(rows)}
+    metrics = {"all_correct": sum(verdicts) / len(rows), "per_subproblem": sum(fractions) / len(rows), "num_prompts": len(rows)}
     sizes = {len(row["reasoning_points"]) - 1 for row in rows}
     if len(sizes) == 1:
         metrics["per_point"] = [sum(k in reached for reached in reached_sets) / len(rows) for k in range(1, sizes.pop() + 1)]
     if keep_completions:
         metrics["completions"] = [
-            {"completion": text, "correct": bool(get_env(row["env"]).verify(row, text)), "points": sorted(reached)}
-            for row, text, reached in list(zip(rows, completions, reached_sets))[:keep_completions]]
+            {"completion": text, "correct": correct, "points": sorted(reached)}
+            for text, correct, reached in list(zip(completions, verdicts, reached_sets))[:keep_completions]]
     return metrics
 
 
