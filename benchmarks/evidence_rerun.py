@@ -25,8 +25,9 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 from common import RESULTS  # noqa: E402
-from evidence import RunSpec, _run_job  # noqa: E402
+from evidence_protocol import _run_job  # noqa: E402
 
+from ppm_trl.demo import RunSpec  # noqa: E402
 from ppm_trl.demo.kernels import pin_kernels  # noqa: E402
 from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start  # noqa: E402
 

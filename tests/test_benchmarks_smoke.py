@@ -145,25 +145,46 @@ def test_evidence_quick_writes_the_summary_with_the_issue_shape(tmp_path):
     assert ppm["horizons"] == [1, 2] and ppm["hardest_n"] == 2 and ppm["reporting_seeds"] == [0, 1]
     assert set(ppm["gap_by_n"]) == set(ppm["gap_by_n_greedy"]) == {"1", "2"}
     assert set(ppm["lr_grid"]) == {"sparse", "trajectory", "lines", "segment"}
-    assert all(len(grid) == 2 for grid in ppm["lr_grid"].values())
+    assert all(grid == [1e-3] for grid in ppm["lr_grid"].values())
     assert isinstance(ppm["best_lr_at_edge"], bool) and isinstance(ppm["censored"], bool)
     assert "ratio_median" in ppm and "ratio_ci95" in ppm
+    # Issue 40's keys: a grid and a best lr at every horizon, every arm at the shared lr too, censoring kept.
+    assert set(ppm["best_lr_by_n"]) == set(ppm["shared_lr_by_n"]) == set(ppm["matched_lr"]) == {"1", "2"}
+    assert set(ppm["best_lr_by_n"]["1"]) == {"sparse", "trajectory", "lines"}
+    assert set(ppm["matched_lr"]["2"]) == {"sparse", "trajectory", "lines", "segment"}
+    assert all(len(ppm["ratio_by_seed"][n]) == 2 for n in ("1", "2"))  # one entry per reporting seed, censored or not
+    assert set(ppm["km_median"]["2"]) == {"sparse", "trajectory", "lines", "segment"}
+    assert all(len(interval) == 2 for interval in ppm["matched_gap_ci95_by_n"].values())
     # Tuning and reporting never share a seed, and tuning runs are evaluated on the tuning prompts.
     runs = [json.loads(p.read_text()) for p in (quick / "runs" / "multi_add").glob("*.json")]
     assert {r["eval_role"] for r in runs if r["spec"]["seed"] == 100} == {"tune"}
     assert {r["eval_role"] for r in runs if r["spec"]["seed"] in (0, 1)} == {"report"}
     assert all("greedy_all_correct" in r["history"][-1] for r in runs)
     robust = summary["ppm_robust"]
-    assert robust["task"] == "chain_add" and set(robust["gap_all_correct"]) >= {"mean", "ci95", "per_seed"}
+    assert robust["task"] == "chain_add" and set(robust["best_lr_by_n"]["2"]) == {"sparse", "lines"}
+    assert set(robust["gap_paired_by_n"]) == {"1", "2"} and len(robust["ratio_by_seed"]["2"]) == 2
     papo = summary["papo"]
     assert papo["task"] == "multi_add_boxed"
     arms = {"grpo", "papo", "papo_fullnorm", "papo_mult", "prm_only"}
     assert set(papo["zero_adv_frac"]) == set(papo["final_accuracy"]) == arms
     assert isinstance(papo["prm_only_accuracy_drop"], float)
+    # One process score per comparison: every arm again with the gameable score; harder held-out problems.
+    assert set(papo["gameable"]) == arms and set(papo["gameable"]["papo"]) == {
+        "final_accuracy", "line_accuracy", "prm_reward_delta"}
+    assert set(papo["harder_eval"]) == arms and len(papo["harder_eval_paired_gap"]) == 3
+    papo_runs = [json.loads(p.read_text()) for p in (quick / "runs" / "multi_add_boxed").glob("*.json")]
+    reported = [r for r in papo_runs if r["spec"]["seed"] in (0, 1)]
+    assert {r["spec"]["variant"] for r in reported} >= {"papo_gameable", "prm_only_lines", "prm_only"}
+    assert all(set(r["history"][-1]["harder"]) == {"3", "4"} and "shown_work" in r["history"][0] for r in reported)
     arg = summary["arg"]
     assert arg["task"] == "multi_add_any_order"
-    assert set(arg["rescue_rate"]) == {"arg", "resampling", "fixed_half", "fixed_quarter", "reference_insertion"}
+    assert set(arg["rescue_rate"]) == {"arg", "resampling", "resampling_fallback", "fixed_half", "fixed_quarter",
+                                       "reference_insertion"}
     assert set(arg["pass_at_8"]) == set(arg["rescue_rate"]) | {"grpo"}
+    assert set(arg["paper_resampling"]) == {"rescue_rate", "pass_at_8"} and set(arg["hard_regime"]) == {
+        "arg", "resampling", "grpo"}
+    assert len(arg["vs_grpo_paired"]) == 3 and set(arg["grpo_all_failure_share"]) == {"main", "hard"}
+    assert len(arg["lr"]) == 7  # every arm tuned
     arg_runs = [json.loads(p.read_text()) for p in (quick / "runs" / "multi_add_any_order").glob("*.json")]
     assert all("pass@8" in r["history"][-1] for r in arg_runs if r["spec"]["seed"] in (0, 1))
     assert "### PPM by horizon" in stdout and "rescue rate" in stdout
@@ -182,22 +203,25 @@ def test_evidence_quick_writes_the_summary_with_the_issue_shape(tmp_path):
 def test_evidence_statistics_by_hand():
     sys.path.insert(0, str(REPO / "benchmarks"))
     import evidence
+    import evidence_protocol
+    import evidence_stats
 
-    mean, interval = evidence.t_interval([1.0, 2.0, 3.0])  # s = 1, t(2) = 4.303: 2 ± 4.303/sqrt(3)
+    mean, interval = evidence_stats.t_interval([1.0, 2.0, 3.0])  # s = 1, t(2) = 4.303: 2 ± 4.303/sqrt(3)
     assert mean == 2.0 and interval == pytest.approx([2 - 4.303 / 3 ** 0.5, 2 + 4.303 / 3 ** 0.5])
-    assert evidence.t_interval([0.5]) == (0.5, None)
+    assert evidence_stats.t_interval([0.5]) == (0.5, None)
     with pytest.raises(SystemExit):  # tuning and reporting seeds must be disjoint
         evidence.parse_args(["--tuning-seeds", "0", "1", "--seeds", "1", "2", "3"])
     with pytest.raises(SystemExit):  # a grid of fewer than three values cannot bracket an optimum
         evidence.parse_args(["--lrs", "1e-4", "3e-4"])
-    tuning = evidence.eval_set("multi_add", 2, "tune", 64)
-    held_out = evidence.eval_set("multi_add", 2, "report", 64)
+    tuning = evidence_protocol.eval_set("multi_add", 2, "tune", 64)
+    held_out = evidence_protocol.eval_set("multi_add", 2, "report", 64)
     assert len(tuning) == 64 and not {json.dumps(r["prompt"]) for r in tuning} & {json.dumps(r["prompt"]) for r in held_out}
 
 
 def test_evidence_tuning_extends_a_grid_whose_best_sits_at_an_edge():
     sys.path.insert(0, str(REPO / "benchmarks"))
     import evidence
+    import evidence_protocol
 
     # Scripted final all-correct by lr: "sparse" peaks at 1e-5 (below the grid: two extensions down, still at the
     # edge after the second, which the report must say); "lines" peaks inside the grid (no extension).
@@ -214,7 +238,7 @@ def test_evidence_tuning_extends_a_grid_whose_best_sits_at_an_edge():
 
     args = evidence.parse_args(["--lrs", "1e-4", "3e-4", "1e-3", "--max-extensions", "2"])
     runner = FakeRunner()
-    tuned = evidence.tune(args, runner, ["sparse", "lines"], 4, 10)
+    tuned = evidence_protocol.tune(args, runner, ["sparse", "lines"], 4, 10)
     assert sorted(tuned["sparse"]["grid"]) == [pytest.approx(v) for v in (1.11e-5, 3.33e-5, 1e-4, 3e-4, 1e-3)]
     assert tuned["sparse"]["best"] == pytest.approx(1.11e-5) and tuned["sparse"]["at_edge"] is True
     assert sorted(tuned["lines"]["grid"]) == [1e-4, 3e-4, 1e-3] and tuned["lines"]["best"] == 3e-4
@@ -225,6 +249,7 @@ def test_evidence_tuning_extends_a_grid_whose_best_sits_at_an_edge():
 def test_evidence_prm_only_is_tuned_for_its_own_reward_not_for_accuracy():
     sys.path.insert(0, str(REPO / "benchmarks"))
     import evidence
+    import evidence_protocol
 
     # Higher lr: more of the gameable reward, less accuracy (the hacking). Ranked by its own reward, 3e-4 wins
     # (and the grid is extended upwards); ranked by accuracy, the lowest lr would.
@@ -238,9 +263,10 @@ def test_evidence_prm_only_is_tuned_for_its_own_reward_not_for_accuracy():
             return {(s.variant, s.n, s.learning_rate, s.seed): result(s.learning_rate) for s in specs}
 
     args = evidence.parse_args(["--lrs", "1e-4", "3e-4", "1e-3", "--max-extensions", "1"])
-    own = evidence.tune(args, FakeRunner(), ["prm_only"], 3, 10, scores={"prm_only": evidence.own_reward_score})
+    own = evidence_protocol.tune(args, FakeRunner(), ["prm_only"], 3, 10,
+                                 scores={"prm_only": evidence_protocol.own_reward_score})
     assert own["prm_only"]["best"] == 1e-3 and sorted(own["prm_only"]["grid"]) == [1e-4, 3e-4, 1e-3, 3e-3]
-    by_accuracy = evidence.tune(args, FakeRunner(), ["prm_only"], 3, 10)
+    by_accuracy = evidence_protocol.tune(args, FakeRunner(), ["prm_only"], 3, 10)
     assert by_accuracy["prm_only"]["best"] == pytest.approx(3.33e-5)  # extended below 1e-4, its edge
 
 

@@ -15,7 +15,10 @@ from .warmstart import completion_budget, deterministic_cpu, evaluate_pass_at_k,
 
 KEPT_COMPLETIONS = 16  # completions of the last evaluation kept in a run's history (T = 1 and greedy)
 VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "papo_fullnorm", "prm_only", "arg",
-            "fixed_prefix", "fixed_quarter", "resampling", "reference_insertion", "ppm+arg", "papo+arg")
+            "fixed_prefix", "fixed_quarter", "resampling", "reference_insertion", "ppm+arg", "papo+arg",
+            "papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable", "prm_only_lines", "paper_resampling")
+# PAPO arms whose process score is the gameable `shown_work_reward` instead of the fraction of right lines
+GAMEABLE_PAPO = ("papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable")
 VARIANT_LABELS = {
     "sparse": "GRPO (sparse outcome)",
     "trajectory": "PPM trajectory-level",
@@ -26,12 +29,17 @@ VARIANT_LABELS = {
     "prm_only": "PRM only (gameable process score)",
     "fixed_prefix": "ARG fixed prefix (α = ½)",
     "fixed_quarter": "ARG fixed prefix (α = ¼)",
-    "resampling": "resampling (α = 1: no prefix)",
+    "resampling": "resampling + reference fallback (α = 1 level)",
+    "paper_resampling": "resampling (ARG App. G.2: no fallback)",
     "reference_insertion": "reference insertion",
     "papo": "PAPO (programmatic process score)",
     "arg": "ARG (reference guidance)",
     "ppm+arg": "PPM segment-level + ARG",
     "papo+arg": "PAPO + ARG",
+    "papo_gameable": "PAPO (gameable process score)",
+    "papo_mult_gameable": "PAPO multiplicative (gameable process score)",
+    "papo_fullnorm_gameable": "PAPO Fullnorm (gameable process score)",
+    "prm_only_lines": "PRM only (fraction of right lines)",
 }
 
 
@@ -51,6 +59,9 @@ class RunSpec:
     seed: int = field(default=0, metadata={"help": "Seed of the RL run (sampling, data order)."})
     pass_k: int = field(default=0, metadata={"help": "At the last evaluation also sample this many completions per "
                                                      "prompt at T = 1: pass@1, pass@k and avg@k (0: off)."})
+    harder_horizons: tuple[int, ...] = field(default=(), metadata={
+        "help": "At the last evaluation also evaluate on held-out problems at these horizons (the sets are "
+                "`train_variant`'s `harder_eval_sets`): does what was learned at n carry to harder problems?"})
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -58,6 +69,9 @@ class RunSpec:
         if self.n < 1 or self.max_steps < 1 or self.eval_every < 1 or self.pass_k < 0:
             raise ValueError(f"n, max_steps and eval_every must be >= 1 and pass_k >= 0, got {self.n}, "
                              f"{self.max_steps}, {self.eval_every}, {self.pass_k}")
+        self.harder_horizons = tuple(int(m) for m in self.harder_horizons)
+        if any(m < 1 for m in self.harder_horizons):
+            raise ValueError(f"harder_horizons must be >= 1, got {self.harder_horizons}")
 
     @property
     def samples_per_step(self) -> int:
@@ -100,11 +114,20 @@ def variant_settings(spec: RunSpec) -> tuple[str, dict]:
         "arg": ("arg", {}),
         "fixed_prefix": ("arg", {"arg_levels": [0.5]}),  # one level α = ½, no selector: the fixed-guidance baseline
         "fixed_quarter": ("arg", {"arg_levels": [0.25]}),
-        "resampling": ("arg", {"arg_levels": [1.0]}),  # α = 1 is the empty prefix: ARG App. G.2's resampling baseline
+        # one level α = 1 (the empty prefix); a group it does not rescue still falls back to the reference
+        "resampling": ("arg", {"arg_levels": [1.0]}),
+        # ARG App. G.2's resampling baseline: K continuations from the empty prefix, an unrescued group unchanged
+        "paper_resampling": ("arg", {"arg_mode": "resampling"}),
         "reference_insertion": ("arg", {"arg_mode": "reference_insertion"}),  # §5.3's ablation
         # ARG decides the rows of all-failure groups, segment-level PPM (as in "segment") credits every row
         "ppm+arg": ("ppm+arg", {"granularity": "segment", **ppm}),
         "papo+arg": ("papo+arg", {"process_scorer": "programmatic"}),
+        # the same PAPO arms with `ShownWorkProcessScorer` as r_proc (passed to the trainer in `build_trainer`)
+        "papo_gameable": ("papo", {}),
+        "papo_mult_gameable": ("papo", {"combine": "multiplicative"}),
+        "papo_fullnorm_gameable": ("papo", {"process_norm": "full"}),
+        # PRM-only on the true process score: the fraction of the row's points stated (`env_point_fraction`)
+        "prm_only_lines": ("grpo", {"scale_rewards": "group"}),
     }[spec.variant]
 
 
@@ -115,33 +138,51 @@ def shown_work_reward(completions: list, **kwargs) -> list[float]:
     it says, scores 1 — and breaks the strict outcome (exactly n lines, then the box). The stand-in for a process
     reward that pays for the look of reasoning (PAPO §3.2: under a process reward alone, length rises and accuracy
     falls)."""
-    from ..envs.multi_add import _parse_line
     from ..text import completion_text
 
-    rewards = []
-    for completion, n in zip(completions, kwargs["n"], strict=True):
-        shown = sum(_parse_line(line) is not None for line in completion_text(completion).split("\n"))
-        rewards.append(min(1.0, shown / (int(n) + 1)))
-    return rewards
+    return [shown_work(completion_text(completion), int(n))
+            for completion, n in zip(completions, kwargs["n"], strict=True)]
+
+
+def shown_work(text: str, n: int) -> float:
+    """min(1, well-formed `x:a+b=s` lines of `text` / (n + 1)): `shown_work_reward` of one response."""
+    from ..envs.multi_add import _parse_line
+
+    return min(1.0, sum(_parse_line(line) is not None for line in text.split("\n")) / (n + 1))
+
+
+class ShownWorkProcessScorer:
+    """`shown_work_reward` as PAPO's process scorer (`(rows, texts) -> scores`) for the `*_gameable` arms: the
+    comparison with PRM-only on one process score (issue 40 item 3)."""
+
+    def __call__(self, rows, texts) -> list[float]:
+        return [shown_work(text, int(row["n"])) for row, text in zip(rows, texts, strict=True)]
 
 
 def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: str, budget: int,
                   progress: bool = False):
     """The trainer of `spec.variant` (the method registry's classes); all share `_common_args` and the outcome
-    reward (the env's verifier) — but `prm_only`, whose only reward is `shown_work_reward`."""
+    reward (the env's verifier) — but the PRM-only arms, whose only reward is their process score."""
     from ..methods import get_method
-    from ..rewards import env_outcome_reward
+    from ..rewards import env_outcome_reward, env_point_fraction
 
     name, settings = variant_settings(spec)
     method = get_method(name)
     args = method.config_class()(**_common_args(spec, output_dir, budget, progress), **settings)
-    reward = shown_work_reward if spec.variant == "prm_only" else env_outcome_reward
-    return method.trainer_class()(args=args, model=model, reward_funcs=[reward],
-                                  train_dataset=train_dataset, processing_class=tokenizer)
+    reward = {"prm_only": shown_work_reward, "prm_only_lines": env_point_fraction}.get(spec.variant,
+                                                                                       env_outcome_reward)
+    extra = {"process_scorer": ShownWorkProcessScorer()} if spec.variant in GAMEABLE_PAPO else {}
+    return method.trainer_class()(args=args, model=model, reward_funcs=[reward], train_dataset=train_dataset,
+                                  processing_class=tokenizer, **extra)
+
+
+# Process scores recorded at every evaluation (mean over the prompts at T = 1), by env: on `multi_add_boxed` the
+# gameable score, to see whether an arm that does not train on it inflates it anyway (issue 40 item 3).
+EVAL_PROCESS_SCORES = {"multi_add_boxed": {"shown_work": lambda row, text: shown_work(text, int(row["n"]))}}
 
 
 def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history: list, train_logs: list,
-                   progress_bar):
+                   progress_bar, harder_eval_sets: dict | None = None):
     from transformers import TrainerCallback
 
     class SuccessCallback(TrainerCallback):
@@ -164,12 +205,21 @@ def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history:
         # Sampled at the training temperature, then greedy; each restores the RNG, so neither changes the run. The
         # last evaluation keeps its first completions of each (what the policy writes at the end, e.g. its format).
         keep = KEPT_COMPLETIONS if step == spec.max_steps else 0
-        metrics = evaluate_policy(model, tokenizer, eval_dataset, budget, seed=1234, keep_completions=keep)
+        scores = EVAL_PROCESS_SCORES.get(eval_dataset[0]["env"])
+        metrics = evaluate_policy(model, tokenizer, eval_dataset, budget, seed=1234, keep_completions=keep,
+                                  process_scores=scores)
         greedy = evaluate_policy(model, tokenizer, eval_dataset, budget, temperature=0.0, keep_completions=keep)
         metrics.update({f"greedy_{key}": greedy[key] for key in ("all_correct", "per_subproblem", "completions")
                         if key in greedy})
         if spec.pass_k and step == spec.max_steps:
             metrics.update(evaluate_pass_at_k(model, tokenizer, eval_dataset, budget, spec.pass_k, seed=4321))
+        if spec.harder_horizons and step == spec.max_steps:
+            metrics["harder"] = {}
+            for m in spec.harder_horizons:
+                harder = harder_eval_sets[m]
+                found = evaluate_policy(model, tokenizer, harder, completion_budget(harder[0]["env"], m), seed=1234,
+                                        process_scores=scores)
+                metrics["harder"][str(m)] = {key: value for key, value in found.items() if key != "per_point"}
         history.append({"step": step, "samples": step * spec.samples_per_step, **metrics})
         if progress_bar is not None:
             progress_bar.set_postfix(all_correct=f"{metrics['all_correct']:.3f}",
@@ -179,19 +229,25 @@ def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history:
 
 
 def train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str, train_size: int = 2000,
-                  progress: bool = True, save_dir: str | None = None) -> dict:
+                  progress: bool = True, save_dir: str | None = None, harder_eval_sets: dict | None = None) -> dict:
     """Train `spec` from the checkpoint at `model_path`; return its success history (samples → rates).
 
     The initial evaluation (step 0) is included. With `save_dir`, the trained policy and tokenizer are saved there
-    (loadable with `from_pretrained`). Runs on one thread with deterministic algorithms (`deterministic_cpu`), so
-    the same spec gives the same numbers whatever OMP_NUM_THREADS says.
+    (loadable with `from_pretrained`). `harder_eval_sets[m]`: the held-out rows at horizon m, one per
+    `spec.harder_horizons`. Runs on one thread with deterministic algorithms (`deterministic_cpu`), so the same spec
+    gives the same numbers whatever OMP_NUM_THREADS says.
     """
+    missing = sorted(set(spec.harder_horizons) - set(harder_eval_sets or {}))
+    if missing:
+        raise ValueError(f"spec.harder_horizons asks for evaluations at n = {missing}; pass their rows in "
+                         "harder_eval_sets")
     with deterministic_cpu():
-        return _train_variant(model_path, spec, eval_dataset, output_dir, train_size, progress, save_dir)
+        return _train_variant(model_path, spec, eval_dataset, output_dir, train_size, progress, save_dir,
+                              harder_eval_sets)
 
 
 def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str, train_size: int,
-                   progress: bool, save_dir: str | None) -> dict:
+                   progress: bool, save_dir: str | None, harder_eval_sets: dict | None) -> dict:
     import torch
     from tqdm.auto import tqdm
     from transformers import PrinterCallback
@@ -207,7 +263,8 @@ def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str
     history: list[dict] = []
     train_logs: list[dict] = []
     bar = tqdm(total=spec.max_steps, desc=f"{spec.variant:>10} n={spec.n}", disable=not progress)
-    callback, record = _eval_callback(tokenizer, eval_dataset, budget, spec, history, train_logs, bar)
+    callback, record = _eval_callback(tokenizer, eval_dataset, budget, spec, history, train_logs, bar,
+                                      harder_eval_sets)
     record(model, 0)
     trainer = build_trainer(spec, model, tokenizer, train_dataset, output_dir, budget)
     trainer.remove_callback(PrinterCallback)  # the logs go into the result (train_logs), not onto the terminal

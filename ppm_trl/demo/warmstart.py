@@ -334,13 +334,15 @@ def completion_budget(env: str, n: int, slack: float = 1.3) -> int:
 
 
 def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature: float = 1.0, seed: int = 0,
-                    batch_size: int = 128, keep_completions: int = 0) -> dict[str, float]:
+                    batch_size: int = 128, keep_completions: int = 0,
+                    process_scores: dict | None = None) -> dict[str, float]:
     """Sampled success on `dataset` rows: `all_correct` (the env's verifier) and `per_subproblem` accuracy.
 
     `per_subproblem` is the mean fraction of points 1..n reached (goal excluded, no graph closure), the metric that
     still moves when all-correct success is 0; `per_point[k-1]` is the fraction of rows reaching point k (where in
     the solution errors sit), given when all rows have the same number of points. `completions` (with
     `keep_completions`): the first that many rows' completion, verdict and points reached, to read what was learned.
+    `process_scores[name]`: `(row, text) -> float`, reported as the mean over the rows under `name`.
     """
     from ..envs import get_env
 
@@ -357,6 +359,8 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
         fractions.append(len(reached) / num_sub)
         reached_sets.append(reached)
     metrics = {"all_correct": sum(verdicts) / len(rows), "per_subproblem": sum(fractions) / len(rows), "num_prompts": len(rows)}
+    for name, score in (process_scores or {}).items():
+        metrics[name] = sum(score(row, text) for row, text in zip(rows, completions)) / len(rows)
     sizes = {len(row["reasoning_points"]) - 1 for row in rows}
     if len(sizes) == 1:
         metrics["per_point"] = [sum(k in reached for reached in reached_sets) / len(rows) for k in range(1, sizes.pop() + 1)]
