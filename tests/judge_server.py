@@ -165,6 +165,7 @@ class JudgeServer:
         served_models: tuple[str, ...] | None = None,
         require_key: str | None = None,
         quota: tuple[int, float] | None = None,
+        raw_reply: Callable[[dict], bytes] | None = None,
     ):
         unknown = (set(fault_kinds) | set(script)) - set(ALL_FAULT_KINDS) - {None}
         if unknown:
@@ -186,6 +187,7 @@ class JudgeServer:
         # (requests, seconds): a hosted judge's quota over a sliding window; beyond it a 429 with the Retry-After
         # at which the oldest counted request leaves the window. `admitted` holds the counted arrival times.
         self.quota = quota
+        self.raw_reply = raw_reply  # request body → the bytes of a 200 answer, sent verbatim (hostile servers)
         self.admitted: collections.deque[float] = collections.deque()
         self.admitted_times: list[float] = []
         self.arrival_times: list[float] = []  # every chat request, admitted or not (what the server sees)
@@ -298,7 +300,7 @@ class JudgeServer:
                 headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines if h)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 status, extra, payload = await self._respond(request_line, headers, body)
-                data = json.dumps(payload).encode()
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 head_out = [f"HTTP/1.1 {status}", "Content-Type: application/json", f"Content-Length: {len(data)}"]
                 head_out += [f"{k}: {v}" for k, v in extra.items()]
                 writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode() + data)
@@ -373,6 +375,8 @@ class JudgeServer:
             return "500 Internal Server Error", {}, {"error": {"message": "boom", "type": "server_error"}}
         if fault == "timeout":
             await asyncio.sleep(self.timeout_delay)
+        if fault is None and self.raw_reply is not None:
+            return "200 OK", {}, self.raw_reply(body)
         content = GARBAGE_TEXT if fault == "garbage" else self.responder(body)
         prompt_tokens = sum(count_tokens(str(m.get("content", ""))) for m in body.get("messages", []))
         completion_tokens = count_tokens(content)

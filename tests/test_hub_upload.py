@@ -130,8 +130,41 @@ def test_run_private_patterns_follow_the_configured_cache():
     def patterns(cache):
         return run_private_patterns(SimpleNamespace(output_dir="/runs/out", judge_cache_dir=cache))
 
-    assert patterns(None) == ["judge_cache/", "quarantine.jsonl", "initial_tiny_model*/"]
+    assert patterns(None)[:4] == ["judge_cache/", "*/judge_cache/", "quarantine.jsonl", "*/quarantine.jsonl"]
+    assert {"prepare_progress.jsonl", "*/prepare_failures.jsonl"} <= set(patterns(None))
     assert patterns("none") == patterns(None) == patterns("/elsewhere/cache") == patterns("/runs/out2/cache")
     assert patterns("/runs/out/a/b")[-1] == "a/b/"
+    assert patterns("/runs/out/cache[v2]")[-1] == "cache[[]v2]/"  # a name, not a character class
     assert patterns(os.path.join("/runs/out", "."))[-2:] == ["[0-9a-f][0-9a-f]/", "claims/"]
     assert run_private_patterns(SimpleNamespace(output_dir="/runs/out")) == patterns(None)  # ARG: no judge args
+
+
+def test_the_upload_filter_compares_real_paths_escapes_names_and_skips_nested_private_files_and_symlinks(tmp_path, hub):
+    """Issue 41: a cache named with glob characters, an output_dir reached through a symlink, a prepare output nested
+    in output_dir and a symlinked file each reached the Hub."""
+    real = tmp_path / "real_out"
+    real.mkdir()
+    output_dir = tmp_path / "out_link"
+    output_dir.symlink_to(real)  # the run is given the symlink, the cache its real path
+    trainer = _trainer(output_dir, judge_cache_dir=str(real / "cache[v2]"))
+    trainer.save_model()
+    private = _plant_private_files(real, real / "cache[v2]")
+    nested = {real / "data" / "judge_cache" / KEY[:2] / f"{KEY}.json": '{"answer": "NO"}',
+              real / "data" / "prepare_failures.jsonl": '{"index": 3, "problem": "a private row"}\n',
+              real / "data" / "prepare_progress.jsonl": '{"meta": {}}\n'}
+    for path, text in nested.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    secret = tmp_path / "elsewhere" / "id_rsa"
+    secret.parent.mkdir()
+    secret.write_text("-----BEGIN PRIVATE KEY-----")
+    (real / "notes.txt").symlink_to(secret)
+    (real / "linked_dir").symlink_to(secret.parent, target_is_directory=True)
+    trainer.push_to_hub()
+
+    (upload,) = hub.uploads
+    uploaded = set(upload["files"])
+    assert {"README.md", "config.json", "model.safetensors"} <= uploaded
+    assert not uploaded & private, uploaded & private
+    assert not {p.relative_to(real).as_posix() for p in nested} & uploaded
+    assert not {name for name in uploaded if name.startswith(("notes.txt", "linked_dir"))}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -338,3 +339,36 @@ def test_prepare_keeps_a_judge_cache_by_default(dataset_dir, tmp_path, monkeypat
     assert judge_cache_dir(None, "w") == os.path.join("w", "judge_cache")
     assert judge_cache_dir("none", "w") is None and judge_cache_dir(" None ", "w") is None
     assert judge_cache_dir("/c", "w") == "/c"
+
+
+def test_a_resumed_prepare_matches_records_to_rows_by_content_not_by_index(tmp_path, monkeypatch, capsys):
+    """Issue 41: delete the row prepare asked the user to fix and rerun — every later row used to get its
+    neighbour's points (resume by index). Records follow their row's content: moved rows keep theirs (no judge
+    call), a changed row is judged again, a corrupt record is not a finished row."""
+    import datasets
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
+    questions = ["What is 2 + 3?", "What is 4 * 2?", "What is 9 - 4?", "What is 7 + 7?"]
+    solutions = ["So \\boxed{5}.", "Multiply.\nSo \\boxed{8}.", "Subtract.\nSo \\boxed{5}.", "Add.\nSo \\boxed{14}."]
+    data = tmp_path / "data"
+    datasets.Dataset.from_dict({"prompt": questions, "solution": solutions}).save_to_disk(str(data))
+    out = tmp_path / "prepared"
+    with JudgeServer(responder=flaky_on("4 * 2")) as server, pytest.raises(SystemExit):
+        main(arguments(data, server, out))  # row 1 fails: "fix it in the dataset"
+    with (out / PROGRESS_FILE).open("a") as progress:  # and two records no prepare wrote
+        progress.write(json.dumps({"index": 1e400}) + "\n" + json.dumps({"index": None}) + "\n")
+    # The user deletes row 1 and edits the last row's solution, then reruns the same command.
+    kept = [0, 2, 3]
+    edited = [solutions[i] for i in kept]
+    edited[2] = "Add seven.\nSo \\boxed{14}."
+    shutil.rmtree(data)
+    datasets.Dataset.from_dict({"prompt": [questions[i] for i in kept], "solution": edited}).save_to_disk(str(data))
+    with JudgeServer() as server:
+        main(arguments(data, server, out, "--cache-dir", str(tmp_path / "fresh")))
+        assert grading_requests(server) == 2  # the edited row only: rubric and graph; "9 - 4" kept its record
+    assert "1 record(s) of" in capsys.readouterr().out  # the old last row's record matches no row now
+    prepared = datasets.load_from_disk(str(out))
+    for row in prepared:  # each row's last point concludes its own answer
+        assert row["reasoning_points"][-1].endswith(f"\\boxed{{{row['answer']}}}.")
+    assert prepared["answer"] == ["5", "5", "14"]
+    assert any("Add seven." in point for point in prepared[2]["reasoning_points"])

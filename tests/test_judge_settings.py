@@ -20,20 +20,23 @@ from ppm_trl.judge import JudgeArguments, LiteLLMJudge, build_judge  # noqa: E40
 from ppm_trl.judge.arguments import TRAINING_ONLY  # noqa: E402
 
 INVALID = [
-    ("judge_timeout", -1, "judge_timeout must be > 0 seconds"),
-    ("judge_timeout", 0, "judge_timeout must be > 0 seconds"),
-    ("judge_max_rpm", -3, "judge_max_rpm must be a number > 0"),
-    ("judge_max_tpm", -1.0, "judge_max_tpm must be a number > 0"),
-    ("judge_max_cost_usd", -0.5, "judge_max_cost_usd must be a number > 0"),
-    ("judge_max_total_tokens", -10, "judge_max_total_tokens must be a number > 0"),
+    ("judge_timeout", -1, "judge_timeout must be a finite number > 0 of seconds"),
+    ("judge_timeout", 0, "judge_timeout must be a finite number > 0 of seconds"),
+    ("judge_timeout", float("inf"), "judge_timeout must be a finite number > 0 of seconds"),  # was OverflowError
+    ("judge_max_rpm", -3, "judge_max_rpm must be a finite number > 0"),
+    ("judge_max_tpm", -1.0, "judge_max_tpm must be a finite number > 0"),
+    ("judge_max_tpm", 5e-324, "judge_max_tpm must be a finite number > 0 whose reciprocal"),  # 1 / 5e-324 = inf
+    ("judge_max_cost_usd", -0.5, "judge_max_cost_usd must be a finite number > 0"),
+    ("judge_max_total_tokens", -10, "judge_max_total_tokens must be a finite number > 0"),
     ("judge_max_concurrency", 0, "judge_max_concurrency must be an integer >= 1"),
     ("judge_num_retries", -1, "judge_num_retries must be an integer >= 0"),
-    ("judge_burst_seconds", 0, "judge_burst_seconds must be > 0"),
+    ("judge_burst_seconds", 0, "judge_burst_seconds must be a finite number > 0 of seconds"),
+    ("judge_burst_seconds", float("inf"), "judge_burst_seconds must be a finite number > 0"),  # disabled max_rpm
     ("judge_temperature", -0.1, "judge_temperature must be a number >= 0"),
     ("judge_max_response_bytes", 100, "judge_max_response_bytes must be an integer >= 1024"),
     ("judge_transport", "carrier_pigeon", "unknown judge_transport 'carrier_pigeon'"),
     ("judge_model", "", "judge_model must be a LiteLLM model string"),
-    ("judge_api_base", "http://user:secret@127.0.0.1:8000/v1", "judge_api_base carries credentials"),
+    ("judge_api_base", "http://user:secret@127.0.0.1:8000/v1", "judge_api_base is refused: it has a user:password@ part"),
     ("judge_max_unscorable_frac", 0, "judge_max_unscorable_frac must be in (0, 1]"),
     ("judge_unscorable_window", 0, "judge_unscorable_window must be an integer >= 1"),
     ("judge_quarantine_after", -1, "judge_quarantine_after must be an integer >= 0"),
@@ -69,9 +72,10 @@ def test_valid_judge_settings_build(config_class):
 def test_one_class_and_the_client_keeps_the_same_rules():
     assert ConfigsJudgeArguments is JudgeArguments  # ppm_trl.configs re-exports it
     assert issubclass(PPMConfig, JudgeArguments) and issubclass(PAPOConfig, JudgeArguments)
-    with pytest.raises(ValueError, match=r"^timeout must be > 0 seconds, got -1"):
+    with pytest.raises(ValueError, match=r"^timeout must be a finite number > 0 of seconds, got -1"):
         LiteLLMJudge("openai/x", api_base="http://127.0.0.1:9/v1", timeout=-1)
-    with pytest.raises(ValueError, match=r"^max_rpm must be a number > 0 \(or None: unlimited\), got -3"):
+    with pytest.raises(ValueError, match=r"^max_rpm must be a finite number > 0 whose reciprocal is finite too "
+                                         r"\(or None: unlimited\), got -3"):
         LiteLLMJudge("openai/x", api_base="http://127.0.0.1:9/v1", max_rpm=-3)
 
 
@@ -114,10 +118,10 @@ def test_prepare_judge_flags_are_the_fields():
 
 
 @pytest.mark.parametrize("flags,expected", [
-    (["--timeout", "-1"], "--timeout must be > 0 seconds, got -1.0"),
-    (["--judge_timeout=-1"], "--timeout must be > 0 seconds, got -1.0"),
-    (["--max-rpm", "-3"], "--max-rpm must be a number > 0"),
-    (["--judge-max-cost-usd", "-1"], "--max-cost-usd must be a number > 0"),
+    (["--timeout", "-1"], "--timeout must be a finite number > 0 of seconds, got -1.0"),
+    (["--judge_timeout=-1"], "--timeout must be a finite number > 0 of seconds, got -1.0"),
+    (["--max-rpm", "-3"], "--max-rpm must be a finite number > 0"),
+    (["--judge-max-cost-usd", "-1"], "--max-cost-usd must be a finite number > 0"),
 ])
 def test_prepare_refuses_an_invalid_judge_setting_before_reading_data(tmp_path, capsys, flags, expected):
     with pytest.raises(SystemExit) as error:

@@ -23,7 +23,8 @@ from test_judge_quota import POINTS, distinct_items, http_judge, limiter_on_a_fa
 
 from ppm_trl.judge import LiteLLMJudge  # noqa: E402
 from ppm_trl.judge.claims import KeyClaims  # noqa: E402
-from ppm_trl.judge.client import _retry_after_seconds, api_base_credentials, printable  # noqa: E402
+from ppm_trl.judge.client import _retry_after_seconds, printable  # noqa: E402
+from ppm_trl.judge.redaction import api_base_problem  # noqa: E402
 from ppm_trl.judge.limits import (  # noqa: E402
     RateLimiter,
     TokenBucket,
@@ -200,23 +201,33 @@ def test_the_budget_callback_sums_answers_without_usage():
 
 
 # ------------------------------------------------------------------------------- credentials in api_base
+# Every spelling the round-4 red team found (issue 41), and the old ones: api_base is scheme://host[:port][/path].
 @pytest.mark.parametrize("transport", ["litellm", "openai_http"])
 @pytest.mark.parametrize("api_base,what", [
     ("http://judge-user:hunter2-secret@127.0.0.1:8000/v1", "a user:password@ part"),
     ("http://hunter2-secret@127.0.0.1:8000/v1", "a user:password@ part"),
-    ("https://judge.example/v1?api_key=hunter2-secret", "query parameter(s) ['api_key']"),
+    ("https://judge.example/v1?api_key=hunter2-secret", "a query (?...)"),
+    ("https://judge.example/v1?code=hunter2-secret", "a query (?...)"),
+    ("https://judge.example/v1?auth=hunter2-secret", "a query (?...)"),
+    ("https://judge.example/v1?X-Amz-Security-Token=hunter2-secret", "a query (?...)"),
+    ("https://judge.example/v1?signature=hunter2-secret", "a query (?...)"),
+    ("https://judge.example/v1;api_key=hunter2-secret", "a ;parameter in the path"),
+    ("https://judge.example/v1#api_key=hunter2-secret", "a fragment (#...)"),
+    ("http://user:hunter2-secret\uff20judge.example/v1", "characters that are not ASCII"),
+    ("judge.example:8000/v1?hunter2-secret", "no http:// or https:// scheme and host"),
 ])
-def test_credentials_in_api_base_are_refused_in_one_line_that_does_not_repeat_them(transport, api_base, what):
+def test_api_base_is_scheme_host_port_path_only_and_the_refusal_does_not_repeat_it(transport, api_base, what):
     with pytest.raises(ValueError) as refused:
         LiteLLMJudge("openai/x", api_base=api_base, transport=transport)
     message = str(refused.value)
-    assert message.startswith(f"api_base carries credentials ({what}) and is refused")
+    assert message.startswith(f"api_base is refused: it has {what}.")
     assert "hunter2" not in message and "\n" not in message
 
 
-def test_api_bases_without_credentials_are_accepted():
-    assert api_base_credentials("http://127.0.0.1:8000/v1") is None
-    assert api_base_credentials("https://example.org/v1?api-version=2024-06-01") is None
+def test_api_bases_of_scheme_host_port_and_path_are_accepted():
+    for api_base in ("http://127.0.0.1:8000/v1", "https://example.org/v1/", "http://[::1]:8000", "https://h.example"):
+        assert api_base_problem(api_base) is None, api_base
+    assert api_base_problem("http://127.0.0.1:99999/v1").startswith("a part that is not a URL")
 
 
 # -------------------------------------------------------------------------------- a stopped claim holder

@@ -83,13 +83,17 @@ def judge_prices(model: str, prompt_tokens: float, completion_tokens: float) -> 
     the context length); unpriced when LiteLLM has none (a local server)."""
     prompt, completion = max(round(prompt_tokens), 1), max(round(completion_tokens), 1)
     try:
-        from ppm_trl.judge.transport import import_litellm
+        from ppm_trl.judge.transport import checked_cost, import_litellm
 
         prompt_usd, completion_usd = import_litellm().cost_per_token(model=model, prompt_tokens=prompt,
                                                                      completion_tokens=completion)
     except Exception:  # noqa: BLE001 - LiteLLM raises for a model it has no price for
         return projection.Prices(None, None), f"unpriced: LiteLLM's price table has no price for {model!r}"
-    return (projection.Prices(float(prompt_usd) / prompt, float(completion_usd) / completion),
+    prompt_usd, completion_usd = checked_cost(prompt_usd), checked_cost(completion_usd)
+    if prompt_usd is None or completion_usd is None:  # NaN, infinite or negative: a price table not to believe
+        return projection.Prices(None, None), (f"unpriced: LiteLLM's price table gives {model!r} a price that is not "
+                                               "a finite amount >= 0")
+    return (projection.Prices(prompt_usd / prompt, completion_usd / completion),
             f"LiteLLM's price table for {model}")
 
 

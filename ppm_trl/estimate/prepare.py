@@ -20,8 +20,9 @@ from ppm_trl.estimate.projection_report import Estimate, budget_notes, latency_o
 from ppm_trl.judge import projection
 
 
-def finished_rows(path: str) -> set[int]:
-    """Rows an earlier `prepare` already wrote to its progress file (it resumes without them)."""
+def finished_rows(path: str) -> set[str]:
+    """The row fingerprints an earlier `prepare` already wrote to its progress file (`row_fingerprint`: it resumes
+    without the rows that still read the same); a record it did not write is not a finished row."""
     if not os.path.exists(path):
         return set()
     done = set()
@@ -31,8 +32,8 @@ def finished_rows(path: str) -> set[int]:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and "index" in record:
-                done.add(int(record["index"]))
+            if isinstance(record, dict) and isinstance(record.get("row"), str):
+                done.add(record["row"])
     return done
 
 
@@ -51,11 +52,9 @@ def estimate_prepare(argv: list[str],
     rows = dataset.to_list()
     solution_column = options.answer_column is not None and (
         options.answer_column == options.reference_column or is_solution_column(dataset[options.answer_column]))
-    done = finished_rows(os.path.join(prep.work_dir_of(options), prep.PROGRESS_FILE))
-    jobs, unusable = [], 0
+    finished = finished_rows(os.path.join(prep.work_dir_of(options), prep.PROGRESS_FILE))
+    jobs, unusable, done = [], 0, 0
     for index, row in enumerate(rows):  # read as `prepare` reads them: an unusable row costs no request
-        if index in done:
-            continue
         try:
             problem = prep.problem_of(row[options.problem_column], options.problem_column, index)
             reference = prep.reference_of(row[options.reference_column], options.reference_column, index)
@@ -66,9 +65,12 @@ def estimate_prepare(argv: list[str],
         if answer is None:
             unusable += 1
             continue
+        if prep.row_fingerprint(problem, reference, answer) in finished:
+            done += 1
+            continue
         jobs.append((index, problem, reference, answer))
     groups = prep.duplicate_groups(jobs)
-    headline = (f"prepare {options.dataset}: {len(rows):,} rows, {len(done):,} already done, {unusable:,} unusable "
+    headline = (f"prepare {options.dataset}: {len(rows):,} rows, {done:,} already done, {unusable:,} unusable "
                 f"(no request), {len(jobs) - len(groups):,} duplicates (judged once): {len(groups):,} rows to judge")
     judged = "each distinct row: its reasoning points (App. D rubric prompt), then their obsoletion graph"
     recorder = RecordingJudge()
@@ -104,7 +106,7 @@ def estimate_prepare(argv: list[str],
         "answers already in the judge cache are not subtracted",
     ]
     notes = budget_notes(per_row, settings.judge_max_cost_usd, settings.judge_max_total_tokens, len(groups), "row")
-    data = {"rows": len(rows), "done": len(done), "unusable": unusable, "to_judge": len(groups),
+    data = {"rows": len(rows), "done": done, "unusable": unusable, "to_judge": len(groups),
             "judge_model": options.judge_model, "profile": profile.__dict__,
             "calibration": None if calibration is None else calibration.to_dict(),
             "options": {k: getattr(options, k) for k in ("assume_judge_completion_tokens", "assume_latency_s",

@@ -47,8 +47,7 @@ from ppm_trl.judge.errors import (
     retry_after_seconds,
 )
 from ppm_trl.judge.limits import RateLimiter, longest_wait_seconds, process_count, process_share
-from ppm_trl.judge.redaction import (  # noqa: F401  (api_base_credentials, printable: importable from here as before)
-    api_base_credentials,
+from ppm_trl.judge.redaction import (  # noqa: F401  (printable: importable from here as before)
     credential_arguments,
     printable,
     redact,

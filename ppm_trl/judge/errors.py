@@ -109,6 +109,8 @@ def classify(error: BaseException) -> str:
     """'retry' (transient), 'fail' (this item cannot be judged, e.g. 400 context too long) or 'fatal'."""
     if isinstance(error, (asyncio.TimeoutError, TimeoutError, ConnectionError, MalformedReplyError)):
         return "retry"
+    if isinstance(error, (RecursionError, UnicodeDecodeError)):  # raised reading a pathological answer body
+        return "retry"
     status = getattr(error, "status_code", None)
     module = type(error).__module__
     if not isinstance(error, HTTPStatusError) and not module.startswith(("litellm", "openai", "httpx", "aiohttp")):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 # Arguments that look like credentials are refused: keys come from the environment only.
 _CREDENTIAL_ARGUMENT = re.compile(r"key|secret|password|credential|session_token", re.IGNORECASE)
@@ -63,17 +63,26 @@ def shown_error(text: str, limit: int = 300) -> str:
     return printable(redact(text)[:limit])
 
 
-def api_base_credentials(api_base: str) -> str | None:
-    """What in `api_base` is a credential (`user:password@`, a `?key=` / `?api_key=` / `?token=` parameter), or
-    None. Refused rather than redacted: api_base goes into every cache entry's fingerprint, `config()`, `repr`, the
-    model card and error messages, and the key has a place of its own (the environment)."""
+def api_base_problem(api_base: str) -> str | None:
+    """Why `api_base` is not scheme://host[:port][/path] alone, or None. Anything beyond that — `user:password@`, a
+    query, a fragment, a `;parameter`, a host that is not ASCII (a fullwidth `＠` hides a user part from `urlsplit`)
+    — can carry a credential in some spelling (`?code=`, `?X-Amz-Security-Token=`, `#api_key=`), so it is refused
+    rather than searched for one: api_base goes into every cache entry's fingerprint, `config()`, `repr`, the model
+    card and error messages, and the key has a place of its own (the environment)."""
+    if not api_base.isascii():
+        return "characters that are not ASCII"
     try:
         parts = urlsplit(api_base)
-    except ValueError:
-        return None  # not a URL at all: the transport says so
-    if parts.username is not None or parts.password is not None:
+        parts.port  # noqa: B018 - raises for a port that is not a number in range
+    except ValueError as error:
+        return f"a part that is not a URL ({error})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "no http:// or https:// scheme and host"
+    if "@" in parts.netloc:
         return "a user:password@ part"
-    names = sorted({name for name, _ in parse_qsl(parts.query, keep_blank_values=True)
-                    if _CREDENTIAL_ARGUMENT.search(name) or name.lower() in ("token", "access_token", "sig")})
-    return f"query parameter(s) {names}" if names else None
-
+    for what, present in (("a query (?...)", parts.query or api_base.rstrip("#").endswith("?")),
+                          ("a fragment (#...)", parts.fragment or "#" in api_base),
+                          ("a ;parameter in the path", ";" in parts.path)):
+        if present:
+            return what
+    return None

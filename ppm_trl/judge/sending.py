@@ -79,7 +79,21 @@ class RequestEngine:
 
     def _cached(self, key: str, parse: Parser) -> Any:
         entry = self._cache_writer.get(key)
-        return None if entry is None else parse(entry["content"])
+        return None if entry is None else self._parsed(parse, entry["content"])
+
+    def _parsed(self, parse: Parser, text: Any) -> Any:
+        """`parse(text)`, or None (unreadable) when there is no text or the parser raises: whatever an answer holds,
+        it is one unscorable attempt, never an exception out of `grade_*`."""
+        if not isinstance(text, str):
+            return None
+        try:
+            return parse(text)
+        except Exception as error:  # noqa: BLE001 - e.g. RecursionError on a pathological answer
+            self._parser_errors = getattr(self, "_parser_errors", 0) + 1
+            if self._parser_errors <= 3:  # counted as `unparseable` by the caller; the log says why, a few times
+                logger.warning("judge answer parser raised %s on an answer of %d characters: counted as unreadable",
+                               type(error).__name__, len(text))
+            return None
 
     async def _answer(self, key: str, messages: list[dict[str, str]], parse: Parser, writes: list) -> Any:
         """One unique request → parsed answer or None (unscorable). Cache first; then, holding the key's claim
@@ -170,7 +184,7 @@ class RequestEngine:
                 await asyncio.sleep(self._backoff(attempt, retry_after_seconds(error)))
                 continue
             self._account(reply, messages)
-            parsed = None if reply.text is None else parse(reply.text)
+            parsed = self._parsed(parse, reply.text)
             if parsed is not None:
                 self.stats.add_latency(time.perf_counter() - started)
                 if self._cache is not None:

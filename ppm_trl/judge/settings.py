@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ppm_trl.judge.redaction import api_base_credentials
+from ppm_trl.judge.redaction import api_base_problem
 from ppm_trl.judge.transport import TRANSPORTS, check_max_response_bytes
 
 # The LiteLLMJudge arguments a config sets (each as the field `judge_<name>`); `cache_dir` is resolved first
@@ -43,16 +43,17 @@ def check_judge_settings(settings: Mapping[str, Any], prefix: str = "") -> None:
             refuse(name, "must be a LiteLLM model string such as 'openai/gpt-4o-mini'")
         elif name == "max_concurrency" and not _integer(value, 1):
             refuse(name, "must be an integer >= 1")
-        elif name == "timeout" and not (_number(value) and value > 0):
-            refuse(name, "must be > 0 seconds")
+        elif name == "timeout" and not (_number(value) and value > 0 and math.isfinite(value)):
+            refuse(name, "must be a finite number > 0 of seconds")
         elif name == "num_retries" and not _integer(value, 0):
             refuse(name, "must be an integer >= 0")
         elif name == "temperature" and not (_number(value) and math.isfinite(value) and value >= 0):
             refuse(name, "must be a number >= 0")
-        elif name in _LIMITS and value is not None and not (_number(value) and value > 0 and math.isfinite(value)):
-            refuse(name, "must be a number > 0 (or None: unlimited)")
-        elif name == "burst_seconds" and not (_number(value) and value > 0):
-            refuse(name, "must be > 0")
+        elif name in _LIMITS and value is not None and not (
+                _number(value) and value > 0 and math.isfinite(value) and math.isfinite(1 / value)):
+            refuse(name, "must be a finite number > 0 whose reciprocal is finite too (or None: unlimited)")
+        elif name == "burst_seconds" and not (_number(value) and value > 0 and math.isfinite(value)):
+            refuse(name, "must be a finite number > 0 of seconds")
         elif name == "echo_nonce" and not isinstance(value, bool):
             refuse(name, "must be True or False")
         elif name == "api_key_env" and value is not None and not (isinstance(value, str) and value.strip()):
@@ -67,12 +68,13 @@ def check_judge_settings(settings: Mapping[str, Any], prefix: str = "") -> None:
         elif name == "api_base" and value is not None:
             if not isinstance(value, str):
                 refuse(name, "must be a URL string such as 'http://127.0.0.1:8000/v1'")
-            credentials = api_base_credentials(value)
-            if credentials is not None:  # the URL is not shown: it holds the secret
+            problem = api_base_problem(value)
+            if problem is not None:  # the URL is not shown: it may hold a secret
                 raise ValueError(
-                    f"{prefix}api_base carries credentials ({credentials}) and is refused: it would be written into "
-                    "every judge cache entry, config(), logs and errors. Give the URL without them and put the key in "
-                    "the environment (the provider's variable, e.g. OPENAI_API_KEY, or one named by api_key_env).")
+                    f"{prefix}api_base is refused: it has {problem}. It must be scheme://host[:port][/path] and "
+                    "nothing else — anything more can carry a credential, and api_base is written into every judge "
+                    "cache entry, config(), logs and errors. Put the key in the environment (the provider's variable, "
+                    "e.g. OPENAI_API_KEY, or one named by api_key_env).")
 
 
 def check_unscorable_settings(max_unscorable_frac: float, unscorable_window: int, unscorable_min_rows: int = 2,

@@ -12,8 +12,8 @@ Counters (all cumulative; `since(snapshot)` gives the window's deltas):
   failures      calls that gave up: the item is unscorable (None), never a silent 0
   prompt_tokens / completion_tokens / cost   LiteLLM's usage and price of every answer received
   cost_unknown  answers LiteLLM could not price (their cost is not in `cost`)
-  usage_unknown answers whose token counts were missing or not numbers (counted as 0 tokens, cost unknown; on
-                LiteLLM also an all-zero usage, which is how LiteLLM fills a missing one)
+  usage_unknown answers whose token counts were missing, not numbers, or 0 prompt tokens (counted as 0 tokens,
+                cost unknown; an all-zero usage is how LiteLLM fills a missing one)
   estimated_tokens tokens of the usage_unknown answers, estimated from their text; counted in the token budget
   usage_clamped answers whose usage claimed more tokens than their request could produce (cut to that bound)
   cache_rejected cache files ignored because their stored request does not match their key (planted, foreign)

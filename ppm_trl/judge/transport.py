@@ -50,8 +50,10 @@ class Reply:
 
 
 def token_counts(prompt_tokens: Any, completion_tokens: Any) -> tuple[int, int, bool]:
-    """(prompt, completion, known): a server's usage fields as token counts. Anything but two non-negative whole
-    numbers (None, "n/a", nested junk, NaN, True) is unknown usage, counted as 0 tokens: accounting, never fatal."""
+    """(prompt, completion, known): a server's usage fields as token counts, the one rule of both transports.
+    Anything but two non-negative whole numbers (None, "n/a", nested junk, NaN, True) is unknown usage, counted as 0
+    tokens: accounting, never fatal. So is 0 prompt tokens: a request with a prompt always has some (`{0, 0}` is
+    what a server, or LiteLLM, reports when it counted nothing) — budgets then count an estimate instead."""
     counts = []
     for value in (prompt_tokens, completion_tokens):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -59,7 +61,19 @@ def token_counts(prompt_tokens: Any, completion_tokens: Any) -> tuple[int, int, 
         if not (math.isfinite(value) and value >= 0 and value == int(value)):
             return 0, 0, False
         counts.append(int(value))
+    if counts[0] == 0:
+        return 0, 0, False
     return counts[0], counts[1], True
+
+
+def checked_cost(value: Any) -> float | None:
+    """A price as dollars, or None (unpriced): a price table that says NaN, infinity or a negative amount is not
+    believed — it would switch the cost budget off or print `$nan`."""
+    try:
+        cost = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return cost if math.isfinite(cost) and cost >= 0 else None
 
 
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 2**20  # ~1M tokens of text: far above any judge answer, far below a decompression bomb
@@ -87,17 +101,16 @@ class _Pricing:
         self.model = model
         self.known = True
 
-    def cost(self, prompt_tokens: int, completion_tokens: int, response: Any = None) -> float | None:
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         if not self.known:
             return None
         litellm = import_litellm()
         try:
-            if response is not None:
-                return float(litellm.completion_cost(completion_response=response))
+            # Priced by the configured model: a proxy that names another model in its answer bills at our price.
             prompt_cost, completion_cost = litellm.cost_per_token(
                 model=self.model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
             )
-            return float(prompt_cost + completion_cost)
+            return checked_cost(prompt_cost + completion_cost)
         except Exception:  # LiteLLM raises for models it has no price for
             self.known = False
             return None
@@ -138,13 +151,7 @@ class LiteLLMTransport:
         prompt_tokens, completion_tokens, usage_known = token_counts(
             getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
         )
-        if prompt_tokens == completion_tokens == 0:  # LiteLLM's stand-in for a server that sent no usage: a
-            usage_known = False  # request with a prompt always counts prompt tokens
-        cost = None
-        if usage_known:
-            cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-            if cost is None:
-                cost = self.pricing.cost(prompt_tokens, completion_tokens, response)
+        cost = self.pricing.cost(prompt_tokens, completion_tokens) if usage_known else None
         try:
             text = response.choices[0].message.content
         except (AttributeError, IndexError, TypeError):
@@ -273,8 +280,8 @@ class OpenAIHTTPTransport:
     def _reply(self, body: bytes) -> Reply:
         try:
             data = json.loads(body)
-        except ValueError:
-            raise MalformedReplyError(f"answer is not JSON: {body[:120]!r}") from None
+        except Exception as error:  # noqa: BLE001 - not JSON, not UTF-8, nested past the recursion limit: one bad answer
+            raise MalformedReplyError(f"answer is not JSON ({type(error).__name__}): {body[:120]!r}") from None
         if not isinstance(data, dict):
             raise MalformedReplyError(f"answer is not a chat completion object: {body[:120]!r}")
         usage = data.get("usage")

@@ -72,6 +72,7 @@ from ppm_trl.prepare.judging import (  # noqa: F401  (importable from here as be
     _prepare_pending,
     _run_interruptibly,
     duplicate_groups,
+    row_fingerprint,
 )
 
 NO_ANSWER = "no_answer"  # failure kind of a row whose gold answer cannot be found (no judge call is spent on it)
@@ -164,13 +165,15 @@ def work_dir_of(args: argparse.Namespace) -> str:
     return os.path.join("ppm_trl_prepare", re.sub(r"[^\w.-]+", "_", args.push_to_hub))
 
 
-def read_progress(path: str, meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Finished rows of an earlier run with the same settings (a torn last line from an interruption is ignored)."""
+def read_progress(path: str, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Finished rows of an earlier run with the same settings (a torn last line from an interruption is ignored;
+    a record without a whole-number index >= 0 is not a finished row). `matching_progress` then keeps the records
+    whose row still reads the same."""
     if not os.path.exists(path):
         return {}
     with open(path, encoding="utf-8") as handle:
         lines = handle.read().splitlines()
-    done: dict[int, dict[str, Any]] = {}
+    done: list[dict[str, Any]] = []
     for number, line in enumerate(lines):
         try:
             record = json.loads(line)
@@ -183,8 +186,22 @@ def read_progress(path: str, meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
                 raise ValueError(f"{path} was written with different settings {record['meta']}; now {meta}. "
                                  "Use another --out/--work-dir, or delete the file to start over.")
             continue
-        done[int(record["index"])] = record
+        index = record.get("index") if isinstance(record, dict) else None
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            continue  # {"index": 1e400}, null, "3": not written by prepare; that row is judged again
+        done.append(record)
     return done
+
+
+def matching_progress(done: list[dict[str, Any]], fingerprints: list[str | None]) -> tuple[dict, int]:
+    """({row index: the record judged from exactly that row's content}, records that match no row now). Matched by
+    content, not by index: a row deleted, inserted or edited since shifts or changes what an index means, so a
+    record is never attached to another row — and a row that only moved keeps its record (no judge call)."""
+    by_content = {record["row"]: record for record in done if isinstance(record.get("row"), str)}
+    kept = {index: by_content[fingerprint] for index, fingerprint in enumerate(fingerprints)
+            if fingerprint is not None and fingerprint in by_content}
+    used = {fingerprints[index] for index in kept}
+    return kept, sum(record.get("row") not in used for record in done)
 
 
 def answer_of(row: dict[str, Any], args: argparse.Namespace, index: int = 0,
@@ -234,7 +251,7 @@ def run_prepare(args: argparse.Namespace):
             "reference_column": args.reference_column, "problem_column": args.problem_column,
             "answer_column": args.answer_column, "judge_model": args.judge_model}
     progress_path = os.path.join(work_dir, PROGRESS_FILE)
-    done = read_progress(progress_path, meta)
+    records = read_progress(progress_path, meta)  # checks the settings before any row is read
     rows = dataset.to_list()
     solution_column = args.answer_column is not None and (
         args.answer_column == args.reference_column or is_solution_column(dataset[args.answer_column]))
@@ -272,6 +289,12 @@ def run_prepare(args: argparse.Namespace):
                 "reason": (f"no final answer: column {args.answer_column!r} has none in this row" if args.answer_column
                            else f"no final answer: column {args.reference_column!r} has no \\boxed{{}} and no "
                            "'#### ' line in this row")}
+    fingerprints = [None if index in failures else row_fingerprint(problems[index], references[index], answers[index])
+                    for index in range(len(rows))]
+    done, stale = matching_progress(records, fingerprints)
+    if stale:
+        print(f"prepare: {stale} record(s) of {progress_path} match no row as it reads now (rows were edited or "
+              "removed since, or the record predates row checks): not used; rows without a record are judged")
     for index in done:
         failures.pop(index, None)  # prepared by an earlier run
     for column in WRITTEN_COLUMNS:  # refused now, not after the judge's work
@@ -293,7 +316,7 @@ def run_prepare(args: argparse.Namespace):
     budget_spent = None
     with open(progress_path, "a", encoding="utf-8") as progress, \
             tqdm(total=len(rows), initial=len(done) + len(failures), desc="prepare", disable=args.no_progress) as bar:
-        if not done:
+        if not os.path.getsize(progress_path):
             progress.write(json.dumps({"meta": meta}) + "\n")
         try:
             failures |= _run_interruptibly(
@@ -317,7 +340,7 @@ def run_prepare(args: argparse.Namespace):
             handle.write(json.dumps({"index": index, **failures[index]}, ensure_ascii=False) + "\n")
     never = {index: failure for index, failure in failures.items() if not failure["retry"]}
     retry = {index: failure for index, failure in failures.items() if failure["retry"]}
-    done = read_progress(progress_path, meta)
+    done, _ = matching_progress(read_progress(progress_path, meta), fingerprints)
     if budget_spent is not None:
         if done:
             _write_prepared(args, dataset, rows, prompts, references, answers, done)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import hashlib
 import json
 import re
 from typing import Any
@@ -26,6 +27,14 @@ class PrepareInterrupted(KeyboardInterrupt):
     def __init__(self, finished: int, total: int):
         super().__init__(f"interrupted after {finished}/{total} rows; rerun the same command to resume")
         self.finished, self.total = finished, total
+
+
+def row_fingerprint(problem: Any, reference: Any, answer: Any) -> str:
+    """What a progress record was judged from (the problem, reference and answer prepare read of its row): a resumed
+    prepare keeps a record only for a row that still reads the same, so deleting or editing rows between runs cannot
+    attach one row's points to another."""
+    content = json.dumps([problem, reference, answer], ensure_ascii=False, sort_keys=True, default=str)
+    return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 class PrepareFailed(RuntimeError):
@@ -99,7 +108,8 @@ async def _prepare_pending(judge: LiteLLMJudge, jobs, progress, bar, window: int
                 if failure is not None:
                     failures[index] = failure
                 else:
-                    record = {"index": index, "reasoning_points": points, "reasoning_graph": graph}
+                    record = {"index": index, "row": row_fingerprint(problem, reference, answer),
+                              "reasoning_points": points, "reasoning_graph": graph}
                     progress.write(json.dumps(record, ensure_ascii=False) + "\n")
                     finished[0] += 1
             progress.flush()

@@ -2,43 +2,62 @@
 
 `push_to_hub`, and the pushes during training with `push_to_hub=True`, leave out the files a run keeps for itself in
 `output_dir` (`run_private_patterns`: the judge cache with its answers and `api_base`, `quarantine.jsonl` with
-dataset text, the untrained tiny model): Trainer uploads `output_dir` with a fixed `ignore_patterns` and no argument
+dataset text, the untrained tiny model, prepare's progress and failures files, any symlink): Trainer uploads `output_dir` with a fixed `ignore_patterns` and no argument
 to extend it, so during a push the `hf_api()` it calls (`HUB_API`) gives an `upload_folder` that adds them.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from ...data import FAILURES_FILE, PROGRESS_FILE
 from ...judge.quarantine import QUARANTINE_FILE
 from ...judge.settings import judge_cache_dir
 
 # Where Trainer's pushes get their HfApi: (module, function). Replaced only for the duration of a push
 # (`uploads_ignoring`); tests/test_hub_upload.py checks the files an upload takes end to end.
 HUB_API = ("transformers.trainer", "hf_api")
-# Files a run writes into output_dir for itself, as huggingface_hub `ignore_patterns` relative to output_dir (a trailing
-# "/" covers a folder's files): never part of a Hub upload. The judge cache's configured place is added per run.
+# Files a run (or `ppm-trl prepare`, whose work dir may sit inside output_dir) writes for itself, as huggingface_hub
+# `ignore_patterns` (a trailing "/" covers a folder's files): never part of a Hub upload, at any depth of output_dir.
+# The judge cache's configured place and every symlink are added per push (`run_private_patterns`).
 RUN_PRIVATE_FILES = (
     "judge_cache/",  # the default judge_cache_dir: every judge answer, and the api_base it came from
     QUARANTINE_FILE,  # dataset text of the rows the judge could not score
     "initial_tiny_model*/",  # `model="tiny"`: the untrained starting weights, not the trained model
+    PROGRESS_FILE, FAILURES_FILE,  # prepare's judged rows and the rows it left out, with their text
 )
 # The judge cache's own layout (ppm_trl/judge/cache.py, claims.py), for a judge_cache_dir that is output_dir itself.
 _JUDGE_CACHE_LAYOUT = ("[0-9a-f][0-9a-f]/", "claims/")
 
 
 def run_private_patterns(args) -> list[str]:
-    """`RUN_PRIVATE_FILES`, plus a `judge_cache_dir` configured inside `args.output_dir` (relative to it)."""
-    patterns = list(RUN_PRIVATE_FILES)
+    """`RUN_PRIVATE_FILES` at any depth, a `judge_cache_dir` inside `args.output_dir` (compared as real paths, its
+    name escaped: `cache[v2]` is a name, not a character class), and every symlink under output_dir (an upload would
+    send its target's content, which may live anywhere)."""
+    patterns = [pattern for name in RUN_PRIVATE_FILES for pattern in (name, f"*/{name}")]
+    output_dir = os.path.realpath(args.output_dir)
     cache = judge_cache_dir(getattr(args, "judge_cache_dir", None), None)  # unset: judge_cache/, listed above
     if cache:
-        relative = os.path.relpath(os.path.abspath(cache), os.path.abspath(args.output_dir))
+        relative = os.path.relpath(os.path.realpath(cache), output_dir)
         if relative == ".":
             patterns.extend(_JUDGE_CACHE_LAYOUT)
         elif not relative.startswith(os.pardir):  # outside output_dir it is never uploaded
-            patterns.append(Path(relative).as_posix() + "/")
+            patterns.append(glob.escape(Path(relative).as_posix()) + "/")
+    return patterns + symlink_patterns(output_dir)
+
+
+def symlink_patterns(folder: str) -> list[str]:
+    """An ignore pattern for each symlink under `folder` (itself and, for a folder, what is under it)."""
+    patterns = []
+    for root, directories, files in os.walk(folder):  # does not descend into symlinked folders
+        for name in directories + files:
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                relative = glob.escape(Path(os.path.relpath(path, folder)).as_posix())
+                patterns.extend([relative, relative + "/"])
     return patterns
 
 
