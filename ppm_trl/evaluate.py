@@ -71,6 +71,24 @@ class EvalArguments:
             raise UsageError(f"--backend must be auto, hf or vllm, got {self.backend!r}")
 
 
+
+def load_model(path: str):
+    """The causal LM at `path`; weights that cannot be loaded are one error naming the folder, not a traceback (a
+    pickle `pytorch_model.bin` is read with `weights_only`: anything in it but tensors is refused, never run)."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path)
+    except Exception as error:  # noqa: BLE001 - weights from a folder the user named: say which, keep --debug's trace
+        import pickle
+
+        # torch's own unpickling message suggests weights_only=False, i.e. running the file's code: not repeated
+        first = "" if isinstance(error, pickle.UnpicklingError) else str(error).strip().split("\n")[0][:300]
+        raise ValueError(f"--model {path}: its weights could not be loaded ({type(error).__name__}"
+                         f"{': ' + first if first else ''}). A pickle "
+                         "pytorch_model.bin may hold only tensors (it is loaded with weights_only); re-save the model "
+                         "with save_pretrained (safetensors)") from error
+
 def parse_eval_args(argv: list[str]) -> EvalArguments:
     from trl import TrlParser
 
@@ -93,7 +111,7 @@ def parse_eval_args(argv: list[str]) -> EvalArguments:
 def evaluate(argv: list[str]) -> dict:
     """Sample `num_samples` completions per problem, verify them, print (and optionally write) pass@k and avg@n."""
     args = parse_eval_args(argv)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from . import evaluation, rewards
 
@@ -126,7 +144,7 @@ def evaluate(argv: list[str]) -> dict:
         samples = evaluation.sample_completions_vllm(args.model, tokenizer, dataset["prompt"], args.num_samples,
                                                      max_new_tokens, args.temperature, args.top_p, args.seed)
     else:
-        model = AutoModelForCausalLM.from_pretrained(args.model)
+        model = load_model(args.model)
         samples = evaluation.sample_completions(model, tokenizer, dataset["prompt"], args.num_samples,
                                                 max_new_tokens, args.temperature, args.top_p, args.batch_size,
                                                 args.seed, progress=True)

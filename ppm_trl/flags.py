@@ -7,6 +7,7 @@ Shared by every subcommand (`train.py`, `evaluate.py`, `prepare/`, `estimate/`);
 from __future__ import annotations
 
 import os
+import re
 
 # Exit status of a run that a judge budget (`judge_max_cost_usd`, `judge_max_total_tokens`; prepare's
 # `--max-cost-usd`, `--max-total-tokens`) stopped: its work so far is saved, but it did not finish.
@@ -124,15 +125,35 @@ def closest(word: str, candidates: list[str], cutoff: float = 0.6, margin: float
     return [c for score, c in scored if score >= cutoff and score >= best - margin][:3]
 
 
+# Environment variables a config file may not set (TrlParser applies a YAML `env:` block to os.environ): where
+# requests go (HF_ENDPOINT, *_API_BASE, proxies, CA bundles), credentials, and what code runs (LD_*, PYTHON*). A
+# shared config is data; these belong in the user's own shell.
+_ENV_REFUSED = re.compile(r"(^|_)(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|ENDPOINT|PROXY|CERT|CERTS)($|_)"
+                          r"|BASE_URL|API_BASE|_BASE$|CA_BUNDLE|^LD_|^DYLD_|^PYTHON", re.IGNORECASE)
+
+
 def check_config_keys(config: dict, parser, path: str) -> None:
-    """A YAML key that is no field is a UsageError naming the file, the key and the closest fields."""
+    """A YAML key that is no field is a UsageError naming the file, the key and the closest fields; an `env:` block
+    that sets a variable of `_ENV_REFUSED` is one too."""
     fields = {action.dest for action in parser._actions} - {"help"}
     for key in config:
-        if key == "env" or key in fields:  # `env:` sets environment variables (TrlParser)
+        if key == "env":  # `env:` sets environment variables (TrlParser)
+            check_config_env(config[key], path)
+            continue
+        if key in fields:
             continue
         close = closest(str(key), sorted(fields))
         hint = f"; did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else ""
         raise UsageError(f"config file {path!r}: unknown key `{key}`{hint}")
+
+
+def check_config_env(env: object, path: str) -> None:
+    if not isinstance(env, dict):
+        raise UsageError(f"config file {path!r}: `env` must map variable names to values, got {type(env).__name__}")
+    refused = sorted(str(name) for name in env if _ENV_REFUSED.search(str(name)))
+    if refused:
+        raise UsageError(f"config file {path!r}: `env` may not set {', '.join(refused)}: a config file does not choose "
+                         "where requests go, which credentials they carry or what code runs; set them in your shell")
 
 
 def dashed_flags(argv: list[str], parser, command: str, renamed: dict[str, str] | None = None) -> list[str]:

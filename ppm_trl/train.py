@@ -278,16 +278,19 @@ def run_training(script_args, training_args, model_args):
     """Build the trainer, train (resuming when asked), save, push to the Hub when asked; returns (trainer, result).
     `resume_from_checkpoint: last` (or `true`) resumes from the newest complete checkpoint of output_dir; which one
     is said on stderr, and a missing or incomplete checkpoint is an error before any model is loaded."""
-    from .trainers.base import resolve_resume_checkpoint
+    from .trainers.base import output_dir_lock, resolve_resume_checkpoint
 
     checkpoint, message = resolve_resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
-    if message and os.environ.get("RANK", "0") == "0":
+    main_process = os.environ.get("RANK", "0") == "0"
+    if message and main_process:
         print(f"ppm-trl train: {message}", file=sys.stderr, flush=True)
-    trainer = build_trainer(script_args, training_args, model_args)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    trainer.save_model(training_args.output_dir)
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.env_name)
+    # Held from before the model loads to after the push: a second run into this output_dir stops at once.
+    with output_dir_lock(training_args.output_dir, enabled=main_process):
+        trainer = build_trainer(script_args, training_args, model_args)
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model(training_args.output_dir)
+        if training_args.push_to_hub:
+            trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.env_name)
     return trainer, result
 
 

@@ -494,3 +494,18 @@ def test_column_flags_that_fit_prepared_data_still_work(tmp_path):
     assert mapped["answer"] == ["5"] and mapped["reference"] == ["2 + 3 = 5.\n\\boxed{5}"]
     with pytest.raises(ValueError, match=r"^--problem_column 'reference': .* holds the worked solutions"):
         map_columns(dataset, problem_column="reference")
+
+
+@pytest.mark.parametrize("variable", ["HF_ENDPOINT", "HF_TOKEN", "OPENAI_API_KEY", "OPENAI_API_BASE", "HTTPS_PROXY",
+                                      "https_proxy", "REQUESTS_CA_BUNDLE", "LD_PRELOAD", "PYTHONPATH", "WANDB_BASE_URL"])
+def test_a_config_env_block_cannot_redirect_requests_or_set_credentials(tmp_path, capsys, monkeypatch, variable):
+    """Issue 41: a shared YAML's `env:` could set HF_ENDPOINT (every Hub request, with the user's token, elsewhere)."""
+    monkeypatch.delenv(variable, raising=False)
+    err = _fails(capsys, "train", "--config", str(_config(tmp_path, env={variable: "http://attacker.example"})))
+    assert f"`env` may not set {variable}" in err and variable not in os.environ
+
+
+def test_a_config_env_block_may_set_ordinary_variables(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    err = _fails(capsys, "train", "--config", str(_config(tmp_path, env={"TOKENIZERS_PARALLELISM": "false"})))
+    assert "`env`" not in err  # it fails later, on the missing model, not on the env block

@@ -255,3 +255,17 @@ def test_readme_estimate_command_runs_as_written(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "4,096 rows, 200 steps (max_steps), 128 rollouts judged per generation batch (8 prompt(s) × 16)" in out
     assert "whole run (200 steps)" in out and "LiteLLM's price table for gemini/gemini-2.5-flash-lite" in out
+
+
+@pytest.mark.parametrize("flag,value", [("--assume-latency-s", "inf"), ("--assume-latency-s", "nan"),
+                                        ("--assume-judge-completion-tokens", str(10**30)),
+                                        ("--assume-judge-completion-tokens", "-1")])
+def test_assumptions_out_of_range_are_one_line_naming_the_flag(tmp_path, capsys, flag, value):
+    """Issue 41: `--assume-latency-s inf` was a traceback and 10^30 answer tokens were accepted."""
+    data = _write(tmp_path / "raw.jsonl", [{"question": "1+1?", "solution": "So \\boxed{2}."}])
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["estimate", "prepare", "--dataset", data, "--problem-column", "question", "--reference-column",
+                  "solution", "--judge-model", "openai/x", "--out", str(tmp_path / "out"), flag, value])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in err
+    assert f"--{flag.lstrip('-').replace('-', '_')} must be" in err

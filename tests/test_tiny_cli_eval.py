@@ -165,3 +165,36 @@ def test_eval_arguments_from_yaml_and_flags(tmp_path):
         cli.parse_eval_args(["--config", str(config)])
     with pytest.raises(cli.UsageError, match="give --env NAME"):
         cli.parse_eval_args(["--model", "x"])
+
+
+class _RunsCode:
+    """A pickle that would run a command when loaded without `weights_only`."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_eval_of_a_model_whose_pickle_weights_hold_code_is_one_line_and_runs_nothing(tmp_path, capsys):
+    """Issue 41: a pickle pytorch_model.bin that is not just tensors was a traceback (weights_only refused it)."""
+    from ppm_trl import cli
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "ran"
+    torch.save({"model.embed_tokens.weight": _RunsCode(marker)}, folder / "pytorch_model.bin")
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["eval", "--model", str(folder), "--dataset_name", str(data), "--num_samples", "1", "--k", "1"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "Traceback" not in err and not marker.exists()
+    assert f"--model {folder}: its weights could not be loaded (UnpicklingError)" in err
+    assert "weights_only=False" not in err and "weights_only` set to `False" not in err

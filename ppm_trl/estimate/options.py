@@ -42,16 +42,22 @@ def add_estimate_arguments(parser: argparse.ArgumentParser, training: bool) -> a
     return parser
 
 
+MAX_TOKENS = 10_000_000  # more than any model's context: a larger assumption is a typo, not a workload
+MAX_LATENCY_S = 3600.0  # an hour a request (inf or NaN would make every projection a traceback)
+
+
 def check_options(options: argparse.Namespace) -> None:
     checks = [("sample_rows", options.sample_rows >= 1, ">= 1"), ("calibrate", options.calibrate >= 0, ">= 0"),
-              ("assume_judge_completion_tokens", options.assume_judge_completion_tokens >= 0, ">= 0"),
-              ("assume_latency_s", options.assume_latency_s >= 0, ">= 0")]
+              ("assume_judge_completion_tokens", 0 <= options.assume_judge_completion_tokens <= MAX_TOKENS,
+               f"in [0, {MAX_TOKENS:,}] (tokens of one judge answer)"),
+              ("assume_latency_s", 0 <= options.assume_latency_s <= MAX_LATENCY_S,
+               f"a finite number of seconds in [0, {MAX_LATENCY_S:g}]")]
     if hasattr(options, "assume_correct_fraction"):
         checks += [("assume_correct_fraction", 0.0 <= options.assume_correct_fraction <= 1.0, "in [0, 1]"),
                    ("assume_duplicate_fraction", 0.0 <= options.assume_duplicate_fraction < 1.0, "in [0, 1)"),
                    ("num_processes", options.num_processes >= 1, ">= 1"),
                    ("assume_completion_tokens", options.assume_completion_tokens is None
-                    or options.assume_completion_tokens >= 1, ">= 1")]
+                    or 1 <= options.assume_completion_tokens <= MAX_TOKENS, f"in [1, {MAX_TOKENS:,}]")]
     for name, ok, rule in checks:
         if not ok:
             raise UsageError(f"--{name} must be {rule}, got {getattr(options, name)!r}")

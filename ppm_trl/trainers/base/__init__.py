@@ -76,14 +76,15 @@ from .model_card import (
     describe_dataset,
     render_training_record,
 )
+from .run_lock import OutputDirInUse, output_dir_lock
 
 __all__ = [
     "CARD_JUDGE_SETTINGS", "CARD_TRL_SETTINGS", "CHECKPOINT_COMPLETE", "COMPLETION_STATISTICS",
     "DOCUMENTED_TRAINER_STATE", "HUB_API", "RESUME_LAST", "RUN_PRIVATE_FILES", "TRAINER_STATE", "TRAINER_STATE_TYPES",
     "TRL_PRIVATE_ATTRIBUTES", "TRL_PRIVATE_METHODS", "TRL_PRIVATE_PARAMETERS", "TRL_SUBMODULE_IMPORTS",
-    "TRL_SUPPORTED", "VLLM_GENERATION_ATTRIBUTES", "Advantages", "CheckpointError", "MethodTrainer", "Rollout",
-    "RunReport", "ScoredBatch", "base_model_license", "card_training_record", "check_checkpoint_contents",
-    "checkpoint_problem", "completion_statistics", "describe_dataset", "plan_generation_calls", "reached_max_steps",
-    "read_trainer_state", "render_training_record", "resolve_resume_checkpoint", "run_private_patterns",
-    "write_completion_marker",
+    "TRL_SUPPORTED", "VLLM_GENERATION_ATTRIBUTES", "Advantages", "CheckpointError", "MethodTrainer", "OutputDirInUse",
+    "Rollout", "RunReport", "ScoredBatch", "base_model_license", "card_training_record", "check_checkpoint_contents",
+    "checkpoint_problem", "completion_statistics", "describe_dataset", "output_dir_lock", "plan_generation_calls",
+    "reached_max_steps", "read_trainer_state", "render_training_record", "resolve_resume_checkpoint",
+    "run_private_patterns", "write_completion_marker",
 ]

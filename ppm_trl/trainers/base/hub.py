@@ -16,6 +16,7 @@ from pathlib import Path
 from ...data import FAILURES_FILE, PROGRESS_FILE
 from ...judge.quarantine import QUARANTINE_FILE
 from ...judge.settings import judge_cache_dir
+from .run_lock import HOLDER_FILE, LOCK_FILE
 
 # Where Trainer's pushes get their HfApi: (module, function). Replaced only for the duration of a push
 # (`uploads_ignoring`); tests/test_hub_upload.py checks the files an upload takes end to end.
@@ -28,6 +29,7 @@ RUN_PRIVATE_FILES = (
     QUARANTINE_FILE,  # dataset text of the rows the judge could not score
     "initial_tiny_model*/",  # `model="tiny"`: the untrained starting weights, not the trained model
     PROGRESS_FILE, FAILURES_FILE,  # prepare's judged rows and the rows it left out, with their text
+    LOCK_FILE, HOLDER_FILE,  # the live run's lock and its pid and host (`run_lock`)
 )
 # The judge cache's own layout (ppm_trl/judge/cache.py, claims.py), for a judge_cache_dir that is output_dir itself.
 _JUDGE_CACHE_LAYOUT = ("[0-9a-f][0-9a-f]/", "claims/")

@@ -35,6 +35,7 @@ from .checkpoints import (
     resolve_resume_checkpoint,
     write_completion_marker,
 )
+from .run_lock import output_dir_lock
 
 _SIGNAL_NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C"}  # the signals `train` stops cleanly on
 
@@ -77,7 +78,8 @@ class Preemption:
         stopper = _StopOnSigterm(self)
         self.add_callback(stopper)
         try:
-            result = super().train(checkpoint, *args, **kwargs)
+            with output_dir_lock(self.args.output_dir, enabled=self.accelerator.is_main_process):
+                result = super().train(checkpoint, *args, **kwargs)
         finally:
             self.remove_callback(stopper)
             for signum, handler in (previous or {}).items():
