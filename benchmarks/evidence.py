@@ -59,6 +59,8 @@ def parse_args(argv=None):
     parser.add_argument("--papo-steps", type=int, default=60)
     parser.add_argument("--arg-steps", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--prompts-per-step", type=int, default=8, help="Distinct prompts per RL step.")
+    parser.add_argument("--num-generations", type=int, default=8, help="G, samples per prompt (and ARG's K).")
     parser.add_argument("--eval-size", type=int, default=256, help="Held-out (and tuning) prompts per evaluation.")
     parser.add_argument(
         "--target-line", type=float, default=0.65, help="PPM's target at horizon n is all-correct ≥ target_line ** n."
@@ -93,6 +95,7 @@ def parse_args(argv=None):
         args.horizons, args.lrs, args.tuning_seeds, args.seeds, args.arg_seeds = [1, 2], [1e-3], [100], [0, 1], [0]
         args.ppm_steps = args.papo_steps = args.arg_steps = 2
         args.eval_every, args.eval_size, args.profile_size, args.max_extensions, args.papo_n = 1, 8, 8, 0, 2
+        args.prompts_per_step = 1  # one group of G a step: the smoke checks the machinery, not learning
     if len(args.lrs) < 3 and not args.quick:
         parser.error("--lrs needs at least three values (a grid that can bracket an optimum)")
     for flag, seeds in (("--seeds", args.seeds), ("--arg-seeds", args.arg_seeds)):
@@ -124,6 +127,8 @@ def main(argv=None) -> dict:
                 "seeds",
                 "arg_seeds",
                 "eval_every",
+                "prompts_per_step",
+                "num_generations",
                 "eval_size",
                 "target_line",
                 "ppm_steps",

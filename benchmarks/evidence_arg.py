@@ -28,6 +28,7 @@ from evidence_protocol import (
     logged_sum,
     mean_or_none,
     pinned_warm_start,
+    samples_per_step,
     spec,
     tune,
 )
@@ -39,7 +40,6 @@ ARG_ARMS = {"arg": "arg", "resampling": "paper_resampling", "resampling_fallback
             "fixed_half": "fixed_prefix", "fixed_quarter": "fixed_quarter",
             "reference_insertion": "reference_insertion", "grpo": "sparse"}
 HARD_ARMS = {"arg": "arg", "resampling": "paper_resampling", "grpo": "sparse"}
-SAMPLES_PER_STEP_ROWS = 64  # rows per step: the share of the batch replaced is inserted rows / this
 # Per-step diagnostics read from the training logs (TRL's and ARG's), as (column, metric).
 DIAGNOSTICS = (("batch share replaced", "arg/inserted_rows"), ("entropy", "entropy"),
                ("clipped tokens", "clip_ratio/region_mean"), ("grad norm", "grad_norm"),
@@ -104,20 +104,20 @@ def regime(args, runner: Runner, env: str, n: int, steps: int, arms: dict, table
            "at_edge": any(info["at_edge"] for info in tuned.values())}
     if args.tune_only or any(lr is None for lr in out["lrs"].values()):
         return out
-    specs = [spec(v, n, out["lrs"][arm], s, steps, args.eval_every, pass_k=8) for arm, v in arms.items()
+    specs = [spec(args, v, n, out["lrs"][arm], s, steps, pass_k=8) for arm, v in arms.items()
              for s in args.arg_seeds]
     runs = runner.run(specs)
     if len(runs) < len(specs):
         return out
-    report_ = {arm: arm_report([runs[(v, n, out["lrs"][arm], s)] for s in args.arg_seeds], v)
-               for arm, v in arms.items()}
+    report_ = {arm: arm_report([runs[(v, n, out["lrs"][arm], s)] for s in args.arg_seeds], v,
+                               samples_per_step(args)) for arm, v in arms.items()}
     tables.append(outcome_table(args, env, n, title, profile, fingerprint, report_))
     tables.append(diagnostics_table(n, title, report_))
     out["report"] = report_
     return out
 
 
-def arm_report(results: list[dict], variant: str) -> dict:
+def arm_report(results: list[dict], variant: str, rows_per_step: int) -> dict:
     failed = [logged_sum(r, "arg/all_failure_groups") for r in results]
     rescued = [logged_sum(r, "arg/groups_with_accepted") for r in results]
     levels = sorted({name.rsplit("/", 1)[1] for r in results for log in r.get("train_logs", []) for name in log
@@ -128,7 +128,7 @@ def arm_report(results: list[dict], variant: str) -> dict:
     for column, metric in DIAGNOSTICS:
         first_last = [(s[0][1], s[-1][1]) for s in (logged_series(r, metric) for r in results) if s]
         if first_last:
-            scale = SAMPLES_PER_STEP_ROWS if metric == "arg/inserted_rows" else 1
+            scale = rows_per_step if metric == "arg/inserted_rows" else 1  # inserted rows → share of the batch
             diagnostics[column] = [statistics.fmean(f for f, _ in first_last) / scale,
                                    statistics.fmean(last for _, last in first_last) / scale]
     return {

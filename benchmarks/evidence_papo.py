@@ -76,7 +76,7 @@ def papo_part(args, summary: dict, tables: list[str]) -> None:
         return
     wanted = sorted({(PAPO_ARMS_BY_SCORE[score][arm], lr) for score, by in lrs.items() for choice in by.values()
                      for arm, lr in choice.items()})
-    runs = runner.run([spec(v, n, lr, s, steps, args.eval_every, harder=harder) for v, lr in wanted
+    runs = runner.run([spec(args, v, n, lr, s, steps, harder=harder) for v, lr in wanted
                        for s in args.seeds])
     if len(runs) < len(wanted) * len(args.seeds):
         return

@@ -19,7 +19,6 @@ import statistics
 
 from common import markdown_table, samples_to_target
 from evidence_protocol import (
-    SAMPLES_PER_STEP,
     Runner,
     final,
     fmt,
@@ -29,6 +28,7 @@ from evidence_protocol import (
     logged_mean,
     mean_or_none,
     pinned_warm_start,
+    samples_per_step,
     save_figure,
     spec,
     tune,
@@ -143,7 +143,7 @@ def compare(
     title: str,
 ) -> dict:
     """Tune every arm at every horizon (hardest first), report each at its own best lr and all at the shared lr."""
-    hardest, steps, budget = horizons[-1], args.ppm_steps, args.ppm_steps * SAMPLES_PER_STEP
+    hardest, steps, budget = horizons[-1], args.ppm_steps, args.ppm_steps * samples_per_step(args)
     arms = {n: variants + (hardest_only if n == hardest else []) for n in horizons}
     tuned = {n: tune(args, runner, arms[n], n, steps) for n in sorted(horizons, reverse=True)}
     for n in sorted(horizons, reverse=True):
@@ -177,7 +177,7 @@ def compare(
     if args.tune_only or any(lr is None for n in horizons for choice in LR_CHOICES for lr in lrs[n][choice].values()):
         return out
     wanted = {(v, n, lrs[n][choice][v]) for n in horizons for v in arms[n] for choice in LR_CHOICES}
-    runs = runner.run([spec(v, n, lr, s, steps, args.eval_every) for v, n, lr in sorted(wanted) for s in args.seeds])
+    runs = runner.run([spec(args, v, n, lr, s, steps) for v, n, lr in sorted(wanted) for s in args.seeds])
     if len(runs) < len(wanted) * len(args.seeds):
         return out
     by_n = {
@@ -270,7 +270,7 @@ def clipped_ratio(result: dict) -> float | None:
 
 def budget_marks(args) -> list[int]:
     """The budgets at which the share of seeds reaching the target is read: every evaluation."""
-    return [step * SAMPLES_PER_STEP for step in range(args.eval_every, args.ppm_steps + 1, args.eval_every)]
+    return [step * samples_per_step(args) for step in range(args.eval_every, args.ppm_steps + 1, args.eval_every)]
 
 
 def comparison_tables(args, out: dict, by_n: dict, arms: dict, title: str) -> list[str]:
@@ -345,8 +345,8 @@ def comparison_tables(args, out: dict, by_n: dict, arms: dict, title: str) -> li
                 [
                     str(n),
                     VARIANT_LABELS[v],
-                    " ".join(str(t) if t else f">{budget}" for t in times),
-                    str(out["km_median"][str(n)][v] or f">{budget}"),
+                    " ".join(f">{budget}" if t is None else str(t) for t in times),
+                    f">{budget}" if out["km_median"][str(n)][v] is None else str(out["km_median"][str(n)][v]),
                     " ".join(f"{share[b]:.2f}" for b in sorted(share)),
                 ]
             )

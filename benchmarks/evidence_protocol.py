@@ -21,8 +21,6 @@ from ppm_trl.demo import VARIANT_LABELS, RunSpec, format_profile, profile_warm_s
 from ppm_trl.demo.warmstart import WarmStartSettings, read_manifest, warm_start
 from ppm_trl.envs import make_dataset
 
-SAMPLES_PER_STEP = 64
-
 
 def final(result: dict, key: str = "all_correct") -> float:
     return result["history"][-1][key]
@@ -166,10 +164,16 @@ def _run_job(model_path: str, env: str, spec: RunSpec, eval_size: int, role: str
     return result
 
 
-def spec(variant: str, n: int, lr: float, seed: int, steps: int, eval_every: int, pass_k: int = 0,
+def spec(args, variant: str, n: int, lr: float, seed: int, steps: int, pass_k: int = 0,
          harder: tuple[int, ...] = ()) -> RunSpec:
-    return RunSpec(variant=variant, n=n, learning_rate=lr, max_steps=steps, eval_every=eval_every, seed=seed,
-                   pass_k=pass_k, harder_horizons=harder)
+    """One run of the protocol: `args`' evaluation interval and batch (prompts per step × G)."""
+    return RunSpec(variant=variant, n=n, learning_rate=lr, max_steps=steps, eval_every=args.eval_every, seed=seed,
+                   prompts_per_step=args.prompts_per_step, num_generations=args.num_generations, pass_k=pass_k,
+                   harder_horizons=harder)
+
+
+def samples_per_step(args) -> int:
+    return args.prompts_per_step * args.num_generations
 
 
 def check_cached_spec(path: str, stored: dict, wanted: RunSpec) -> None:
@@ -205,7 +209,7 @@ def tune(args, runner: Runner, variants: list[str], n: int, steps: int, scores: 
     out, open_ = {}, list(variants)
     for _ in range(args.max_extensions + 1):
         runs = runner.run(
-            [spec(v, n, lr, s, steps, args.eval_every) for v in open_ for lr in grids[v] for s in args.tuning_seeds]
+            [spec(args, v, n, lr, s, steps) for v in open_ for lr in grids[v] for s in args.tuning_seeds]
         )
         still_open = []
         for variant in open_:

@@ -24,7 +24,6 @@ from test_judge_quota import POINTS, distinct_items, http_judge, limiter_on_a_fa
 from ppm_trl.judge import LiteLLMJudge  # noqa: E402
 from ppm_trl.judge.claims import KeyClaims  # noqa: E402
 from ppm_trl.judge.client import _retry_after_seconds, printable  # noqa: E402
-from ppm_trl.judge.redaction import api_base_problem  # noqa: E402
 from ppm_trl.judge.limits import (  # noqa: E402
     RateLimiter,
     TokenBucket,
@@ -33,6 +32,7 @@ from ppm_trl.judge.limits import (  # noqa: E402
     longest_wait_seconds,
     usage_bounds,
 )
+from ppm_trl.judge.redaction import api_base_problem  # noqa: E402
 from ppm_trl.judge.transport import HTTPStatusError, Reply  # noqa: E402
 
 
