@@ -15,6 +15,7 @@ the target by each budget.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 
 from common import markdown_table, samples_to_target
@@ -47,6 +48,7 @@ from evidence_stats import (
 )
 
 from ppm_trl.demo import VARIANT_LABELS, choose_horizons
+from ppm_trl.demo.runs import KEPT_COMPLETIONS as KEPT
 from ppm_trl.demo.warmstart import WarmStartSettings
 
 PPM_VARIANTS = ["sparse", "trajectory", "lines"]
@@ -148,6 +150,7 @@ def compare(
     tuned = {n: tune(args, runner, arms[n], n, steps) for n in sorted(horizons, reverse=True)}
     for n in sorted(horizons, reverse=True):
         tables.append(grid_table(f"{title}: lr grid at n = {n}", tuned[n], n))
+    tables.append(answer_format_table(args, runner, tuned[hardest], hardest, steps, title))
     lrs = {
         n: {
             "own": {v: tuned[n][v]["best"] for v in arms[n]},
@@ -250,7 +253,47 @@ def cell(args, results: list[dict], n: int, budget: int) -> dict:
         "samples_to_target": [samples_to_target(r["history"], target) for r in results],
         "trainable_fraction": mean_or_none(trainable_fraction(r) for r in results),
         "final_clipped_ratio": mean_or_none(clipped_ratio(r) for r in results),
+        "final_answer_form": mean_or_none(answer_form(r, n) for r in results),
     }
+
+
+_LABELLED_BOX = re.compile(r"\\boxed\{([a-z])=-?\d+((?:,[a-z]=-?\d+)*)\}")
+_NUMBER_BOX = re.compile(r"\\boxed\{-?\d+\}")
+
+
+def answer_form(result: dict, n: int) -> float | None:
+    """Share of the last evaluation's kept completions (T = 1) whose last line is a well-formed answer: `multi_add`'s
+    box of n `label=integer` items with distinct labels, or `chain_add`'s `\\boxed{integer}` — right or wrong. The
+    answer format, read from the run file (issue 40 item 2: the n = 8 format loss)."""
+    kept = result["history"][-1].get("completions")
+    if not kept:
+        return None
+
+    def well_formed(text: str) -> bool:
+        last = (text.strip().split("\n") or [""])[-1].strip()
+        if _NUMBER_BOX.fullmatch(last):
+            return True
+        if not _LABELLED_BOX.fullmatch(last):
+            return False
+        labels = [item.split("=")[0] for item in last[len("\\boxed{"):-1].split(",")]
+        return len(labels) == n == len(set(labels))
+
+    return sum(well_formed(c["completion"]) for c in kept) / len(kept)
+
+
+def answer_format_table(args, runner: Runner, tuned: dict, n: int, steps: int, title: str) -> str:
+    """Every tuning run at the hardest n: lines right, all right, answer well-formed, clipped — where the answer format
+    is lost, and at which lrs (the runs are cached: this trains nothing new)."""
+    specs = [spec(args, v, n, lr, s, steps) for v, info in tuned.items() for lr in sorted(info["grid"])
+             for s in args.tuning_seeds]
+    runs = runner.run(specs)
+    rows = [[VARIANT_LABELS[x.variant], f"{x.learning_rate:g}", str(x.seed),
+             f"{final(r, 'per_subproblem'):.3f}", f"{final(r):.3f}", fmt(answer_form(r, n)), fmt(clipped_ratio(r))]
+            for x in specs if (r := runs.get((x.variant, x.n, x.learning_rate, x.seed))) is not None]
+    return (f"### {title}: the answer format at n = {n} (every tuning run; last evaluation, T = 1)\n\n"
+            + markdown_table(["variant", "lr", "tuning seed", "lines right", "all right",
+                              f"well-formed answer line ({KEPT} kept completions)", "clipped ratio, last window"],
+                             rows))
 
 
 def trainable_fraction(result: dict) -> float | None:
@@ -294,6 +337,7 @@ def comparison_tables(args, out: dict, by_n: dict, arms: dict, title: str) -> li
                     fmt_interval(shared["final_greedy_all_correct"]),
                     fmt(own["trainable_fraction"]),
                     fmt(own["final_clipped_ratio"]),
+                    fmt(own["final_answer_form"]),
                 ]
             )
     main = (
@@ -315,6 +359,7 @@ def comparison_tables(args, out: dict, by_n: dict, arms: dict, title: str) -> li
                 "final greedy (shared)",
                 "groups with a non-zero advantage",
                 "clipped ratio, last window",
+                f"well-formed answer line ({KEPT} kept)",
             ],
             rows,
         )

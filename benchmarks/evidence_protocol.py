@@ -104,7 +104,8 @@ class Runner:
         if not todo:
             return results
         if self.args.plan_only:
-            PENDING.extend(os.path.relpath(path, self.args.output_dir) for _, _, path in todo)
+            missing = (os.path.relpath(path, self.args.output_dir) for _, _, path in todo)
+            PENDING.extend(path for path in missing if path not in PENDING)
             return results
         print(f"  {self.env}: {len(todo)} run(s) to train, {self.args.workers} at a time", flush=True)
         jobs = [

@@ -142,3 +142,18 @@ def test_ppm_comparison_tunes_every_horizon_and_reports_own_and_shared_lrs(tmp_p
     text = "\n".join(tables)
     assert "lr grid at n = 4" in text and "lr grid at n = 2" in text and "shared lr" in text and "≥ 2.50" in text
     assert (tmp_path / "ppm_horizons.png").exists()
+
+
+def test_answer_form_reads_the_kept_completions_last_line():
+    from evidence_ppm import answer_form
+
+    def run(*texts):
+        return {"history": [{"completions": [{"completion": text} for text in texts]}]}
+
+    good = "a:1+1=2\nb:2+2=4\n\\boxed{a=2,b=5}"  # wrong sum, right form
+    garbled = "a:1+1=2\nb:2+2=4\n\\boxed{a=55\ufffd41,d=22,e=d=17}"
+    short = "a:1+1=2\n\\boxed{a=2}"  # one item where n = 2 needs two
+    repeated = "\\boxed{a=2,a=4}"
+    assert answer_form(run(good, garbled, short, repeated), 2) == 0.25
+    assert answer_form(run("x\n\\boxed{-9}\n"), 2) == 1.0  # chain_add's answer line
+    assert answer_form({"history": [{}]}, 2) is None  # a run file from before completions were kept
