@@ -283,7 +283,7 @@ class JudgeServer:
         ready.set()
         try:
             await asyncio.wait_for(self._stop.wait(), timeout=self.max_lifetime)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         server.close()
         for task in [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]:

@@ -155,3 +155,20 @@ def test_a_step_reporting_to_wandb_with_completion_tables(tmp_path, capsys, monk
     assert list((tmp_path / "completions").glob("completions_*.parquet"))
     assert "wandb-smoke" in capsys.readouterr().out  # rich's table of the sampled completions
     wandb.finish()
+
+
+def test_the_python_floor_is_the_highest_floor_of_what_we_install():
+    """Issue 43: `requires-python = ">=3.10"` while trl 1.16 and transformers 5 need 3.11: on 3.10 pip could not
+    resolve the library at all. Our floor is at least every declared dependency's, ruff targets it, the README says it."""
+    from packaging.specifiers import SpecifierSet
+
+    ours = SpecifierSet(PROJECT["requires-python"])
+    (floor,) = [Version(spec.version) for spec in ours if spec.operator == ">="]
+    for requirement in RUNTIME:
+        declared = importlib.metadata.metadata(requirement.name).get("Requires-Python")
+        for spec in SpecifierSet(declared or ""):
+            if spec.operator == ">=":
+                assert Version(spec.version) <= floor, f"{requirement.name} needs Python {declared}; ours {ours}"
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]["target-version"]
+    assert ruff == f"py{floor.major}{floor.minor}"
+    assert f"Python {floor.major}.{floor.minor}" in (ROOT / "README.md").read_text(encoding="utf-8")

@@ -74,7 +74,7 @@ class CappingServer:
         self._ready.set()
         try:
             await asyncio.wait_for(self._stop.wait(), 300)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         server.close()
 

@@ -229,7 +229,7 @@ class CacheWriter:
             while self._pending:
                 try:
                     await asyncio.wait_for(self._now.wait(), self.delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 self._now.clear()
                 batch, self._pending = self._pending, []
