@@ -15,7 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .methods import REWARDS, get_method
+from .methods import get_method
+from .reward_sources import reward_columns
 from .rewards import last_boxed
 from .text import normalize_boxes
 
@@ -360,7 +361,7 @@ def required_columns(method: str, reward_funcs: Sequence[str], training_args) ->
     `ppm_trl.methods` say which)."""
     needs = {"prompt": "every method"}
     for name in reward_funcs:
-        for column in REWARDS[name].columns if name in REWARDS else ():
+        for column in reward_columns(name):
             needs.setdefault(column, f"the `{name}` reward")
     for column, need in get_method(method).required_columns(training_args).items():
         needs.setdefault(column, need.reader)

@@ -26,10 +26,11 @@ from .flags import (
     read_yaml_config,
     user_setting,
 )
-from .methods import METHODS, REWARDS, get_method, get_reward  # the registries (no TRL import)
+from .methods import METHODS, REWARDS, get_method  # the registries (no TRL import)
 from .plots import save_training_curves
 from .quiet import quiet_third_party
 from .report import nothing_learned, training_summary
+from .reward_sources import TRL_REWARDS, load_reward
 
 
 @dataclass
@@ -48,8 +49,15 @@ class TrainScriptArguments:
     dataset_train_split: str = field(default="train", metadata={"help": "Training split."})
     reward_funcs: list[str] = field(
         default_factory=list,
-        metadata={"help": f"Reward functions among {', '.join(REWARDS)}; default: env_outcome for an env, "
-                  "accuracy otherwise (arg: accuracy + format)."},
+        metadata={"help": f"Reward functions: ours ({', '.join(REWARDS)}), TRL's ({', '.join(TRL_REWARDS)}) or a "
+                  "dotted import path to your own (my_lib.rewards.my_reward, found from the working directory too); "
+                  "default: env_outcome for an env, accuracy otherwise (arg: accuracy + format). ARG's verifier is "
+                  "the first one."},
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "A reward model (Hub id or local directory) that GRPOTrainer loads and scores with, as in "
+                  "`trl grpo`: the first reward, or after --reward_funcs for arg (whose first reward is its verifier)."},
     )
     multiturn: bool = field(
         default=False,
@@ -214,15 +222,20 @@ def reward_names(script_args) -> list[str]:
     if not names:
         names = ["env_outcome"] if script_args.env_name else ["accuracy"]
         names += get_method(script_args.method).extra_rewards
-    unknown = [n for n in names if n not in REWARDS]
-    if unknown:
-        raise UsageError(f"unknown reward function(s) {unknown}; accepted: {', '.join(REWARDS)}")
+    for name in names:  # a user's import path is imported now: its error comes before any model is loaded
+        if name not in REWARDS:
+            load_reward(name)
     return names
 
 
 def build_reward_funcs(script_args, training_args):
-    names = reward_names(script_args)  # ARG weighs `format` by its format_reward_weight itself
-    return [get_reward(n).load() for n in names]
+    functions = [load_reward(n) for n in reward_names(script_args)]  # ARG weighs `format` itself
+    model = script_args.reward_model_name_or_path
+    if model:
+        method = get_method(script_args.method)
+        verifier_first = "arg" in (method.parts or (method.name,))
+        functions = [*functions, model] if verifier_first else [model, *functions]
+    return functions
 
 
 def build_trainer(script_args, training_args, model_args):
