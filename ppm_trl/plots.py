@@ -27,6 +27,8 @@ class Panel:
 def _series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
     steps, values = [], []
     for entry in history:
+        if "train_runtime" in entry:  # TRL's end-of-training entry: run totals (the judge's), not a step
+            continue
         value = entry.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and "step" in entry:
             steps.append(int(entry["step"]))

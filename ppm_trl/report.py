@@ -11,6 +11,12 @@ from __future__ import annotations
 import os
 
 
+def step_entries(history: list[dict]) -> list[dict]:
+    """The logging windows of `history`, without TRL's end-of-training entry (train_runtime, train_loss, and the
+    judge's run totals): averaging that in understated every judge metric."""
+    return [entry for entry in history if "train_runtime" not in entry]
+
+
 def method_metrics_mean(history: list[dict]) -> dict[str, float]:
     """Mean over the logged steps of every method's metrics (`<method>/...` for each registered method: ppm/, papo/,
     arg/, ...), the judge's and the rewards' (what a user checks first)."""
@@ -18,11 +24,23 @@ def method_metrics_mean(history: list[dict]) -> dict[str, float]:
 
     prefixes = (*(f"{name}/" for name in METHODS if "+" not in name), "judge/", "reward")
     values: dict[str, list[float]] = {}
-    for entry in history:
+    for entry in step_entries(history):
         for key, value in entry.items():
             if key.startswith(prefixes) and isinstance(value, (int, float)):
                 values.setdefault(key, []).append(float(value))
     return {key: sum(v) / len(v) for key, v in sorted(values.items())}
+
+
+def judge_totals(history: list[dict]) -> dict[str, dict[str, float]]:
+    """{"judge_totals": the judge's calls, tokens, cost, ... summed over the logging windows} when a judge ran: what
+    a user budgets (each window logs its own counts)."""
+    names = ("judge/calls", "judge/cache_hits", "judge/failures", "judge/retries", "judge/prompt_tokens",
+             "judge/completion_tokens", "judge/cost")
+    entries = step_entries(history)
+    if not any(name in entry for entry in entries for name in names):
+        return {}
+    return {"judge_totals": {name.split("/", 1)[1]: sum(float(entry.get(name, 0.0)) for entry in entries)
+                             for name in names}}
 
 
 def nothing_learned(history: list[dict], args) -> str | None:
@@ -68,6 +86,7 @@ def training_summary(trainer, result, method: str) -> dict:
                "train_loss": result.training_loss if result is not None else final.get("train_loss"),
                "output_dir": os.path.abspath(trainer.args.output_dir),
                "metrics_mean": method_metrics_mean(history),
+               **judge_totals(history),
                "train_runtime_s": (result.metrics if result is not None else final).get("train_runtime"),
                "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry]}
     selector = getattr(trainer, "prefix_selector", None)

@@ -215,8 +215,9 @@ def test_ppm_training_finishes_with_the_poisoned_row_listed(tmp_path, monkeypatc
     listed = _listed(tmp_path / "out")
     assert [record["problem"] for record in listed] == ["Compute POISON alpha then beta."]
     history = trainer.state.log_history
-    assert [e["step"] for e in history if e.get("judge/failures")] == [2, 8]  # the row's 1st and 2nd steps
+    steps = [e for e in history if "train_runtime" not in e]  # the last entry holds the run's totals
+    assert [e["step"] for e in steps if e.get("judge/failures")] == [2, 8]  # the row's 1st and 2nd steps
     assert listed[0]["step"] == 8 and "I cannot grade this." in listed[0]["last_failure"]
     # its 3rd step (12) asked nothing: 4 completions x 2 prefixes skipped, 0 calls
-    assert [(e["judge/quarantined"], e["judge/calls"]) for e in history if e.get("judge/quarantined")] == [(8, 0)]
+    assert [(e["judge/quarantined"], e["judge/calls"]) for e in steps if e.get("judge/quarantined")] == [(8, 0)]
     assert history[-2]["judge/quarantined_rows"] == 1 and trainer.state.global_step == 12

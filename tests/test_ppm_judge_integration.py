@@ -108,3 +108,31 @@ def test_a_step_with_every_judge_request_unscorable_stops_training(tmp_path, mon
                                                        r"step\(s\).*model 'openai/loopback-judge'.*HTTP 400"):
             _train(tmp_path, server, judge_num_retries=0, judge_unscorable_min_rows=1)  # its one row suffices
         assert server.requests == 9
+
+
+def test_the_numbers_a_run_prints_are_the_judge_requests_it_made(tmp_path, monkeypatch):
+    """Issue 44 item 2: the done line averaged TRL's end-of-training entry (judge/calls 0) into every judge metric,
+    and train().metrics said judge/calls 0. Counted at the server: per-step means over the steps, totals in both."""
+    from ppm_trl.report import training_summary
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
+    with JudgeServer() as server:
+        model, tokenizer = build_tiny_model_and_tokenizer()
+        args = PPMConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=G,
+                         max_completion_length=64, num_segments=K, max_steps=3,
+                         filter_zero_advantage_groups=False, progress_scorer="judge",
+                         judge_model="openai/loopback-judge", judge_api_base=server.api_base, judge_cache_dir="none",
+                         judge_timeout=10, judge_probe=False, **{**TINY_ARGS, "logging_steps": 1})
+        trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=_outcome, args=args,
+                                 train_dataset=_dataset())
+        texts = _completions()
+        script_generation(trainer, lambda prompt, index: texts[index % G])
+        result = trainer.train()
+        counted = server.requests
+    steps = [entry for entry in trainer.state.log_history if "train_runtime" not in entry]
+    per_step = [entry["judge/calls"] for entry in steps]
+    assert len(per_step) == 3 and sum(per_step) == counted > 0
+    summary = training_summary(trainer, result, "ppm")
+    assert summary["metrics_mean"]["judge/calls"] == pytest.approx(counted / 3)
+    assert summary["judge_totals"]["calls"] == counted
+    assert result.metrics["judge/calls"] == counted  # train().metrics: the run's totals

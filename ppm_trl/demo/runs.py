@@ -16,7 +16,8 @@ from .warmstart import completion_budget, deterministic_cpu, evaluate_pass_at_k,
 KEPT_COMPLETIONS = 16  # completions of the last evaluation kept in a run's history (T = 1 and greedy)
 VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "papo_fullnorm", "prm_only", "arg",
             "fixed_prefix", "fixed_quarter", "resampling", "reference_insertion", "ppm+arg", "papo+arg",
-            "papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable", "prm_only_lines", "paper_resampling")
+            "papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable", "prm_only_lines", "paper_resampling",
+            "lines_answer")
 # PAPO arms whose process score is the gameable `shown_work_reward` instead of the fraction of right lines
 GAMEABLE_PAPO = ("papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable")
 VARIANT_LABELS = {
@@ -24,6 +25,7 @@ VARIANT_LABELS = {
     "trajectory": "PPM trajectory-level",
     "segment": "PPM segment-level (equal chunks)",
     "lines": "PPM segment-level (one per line)",
+    "lines_answer": "PPM segment-level (one per line, the answer its own)",
     "papo_mult": "PAPO multiplicative (ablation)",
     "papo_fullnorm": "PAPO Fullnorm (ablation)",
     "prm_only": "PRM only (gameable process score)",
@@ -103,6 +105,10 @@ def variant_settings(spec: RunSpec) -> tuple[str, dict]:
         "segment": ("ppm", {"granularity": "segment", **ppm}),
         # a segment ends at each newline (line k = sub-problem k; the box joins the last line's segment)
         "lines": ("ppm", {"granularity": "segment", **ppm, "segmentation": "delimiter", "segment_delimiter": "\n"}),
+        # the same with n + 1 segments: the answer line is a segment of its own, so a right last line does not credit
+        # the answer's tokens (issue 40 item 2: the answer format lost at n = 8)
+        "lines_answer": ("ppm", {"granularity": "segment", **ppm, "num_segments": (spec.num_segments or spec.n) + 1,
+                                 "segmentation": "delimiter", "segment_delimiter": "\n"}),
         # the programmatic process score: the fraction of reference lines a correct response states (no LLM judge)
         "papo": ("papo", {"process_scorer": "programmatic"}),
         # PAPO §6's multiplicative ablation: outcome × process in one reward, normalised over the whole group

@@ -146,6 +146,7 @@ class JudgeStatsCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         """A resumed run keeps its quarantine (read back from its list); a new run starts a new list."""
+        self.on_train_begin_totals()
         if self.rows is None or not self.output_dir:
             return
         path = os.path.join(self.output_dir, QUARANTINE_FILE)
@@ -173,8 +174,21 @@ class JudgeStatsCallback(TrainerCallback):
                 out[f"{self.prefix}{name}"] = delta[name]
         return out
 
+    def on_train_begin_totals(self) -> None:
+        self._run_start = self.judge.stats.snapshot()
+
+    def run_totals(self) -> dict[str, float]:
+        """Every counter summed over the run so far (since `on_train_begin`): what `train().metrics` reports."""
+        delta = self.judge.stats.since(getattr(self, "_run_start", None) or self.judge.stats.snapshot())
+        return {f"{self.prefix}{name}": float(delta[name]) for name in LOGGED}
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None:
+            return
+        if "train_runtime" in logs:  # TRL's end-of-training entry (train().metrics): the run's totals, not a window
+            logs.update(self.run_totals())
+            if state is not None and state.log_history and "train_runtime" in state.log_history[-1]:
+                state.log_history[-1].update(self.run_totals())
             return
         metrics = self.metrics()
         logs.update(metrics)
