@@ -168,3 +168,25 @@ def test_the_upload_filter_compares_real_paths_escapes_names_and_skips_nested_pr
     assert not uploaded & private, uploaded & private
     assert not {p.relative_to(real).as_posix() for p in nested} & uploaded
     assert not {name for name in uploaded if name.startswith(("notes.txt", "linked_dir"))}
+
+
+@pytest.mark.parametrize("failure", ["offline", "refused"])
+def test_a_hub_that_cannot_be_reached_is_one_line_at_construction(tmp_path, monkeypatch, failure):
+    """Issue 44: `--push_to_hub true` without network was a 51-line traceback at construction."""
+    import transformers.trainer
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    from ppm_trl.trainers.base.hub import HubUnreachable
+
+    class Unreachable:
+        def create_repo(self, repo_id, **kwargs):
+            if failure == "offline":
+                raise OfflineModeIsEnabled("Cannot reach https://huggingface.co/api/repos/create: offline mode is enabled.")
+            raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: Unreachable())
+    with pytest.raises(HubUnreachable) as error:
+        _trainer(tmp_path / "out", push_to_hub=True)
+    message = str(error.value)
+    assert message.startswith("push_to_hub: the Hub cannot create or reach the repo") and "\n" not in message
+    assert "HF_TOKEN" in message and ("OfflineModeIsEnabled" in message or "PermissionError" in message)

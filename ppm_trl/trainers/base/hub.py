@@ -90,8 +90,33 @@ def uploads_ignoring(patterns: list[str]):
         setattr(module, HUB_API[1], shared)
 
 
+class HubUnreachable(ValueError):
+    """`push_to_hub=True` and the Hub cannot be reached or refuses the repo (offline, no token, no permission): one
+    line naming what to do, at construction, before any training (`ppm-trl train` prints it, exit 2)."""
+
+
+def _hub_error(error: BaseException) -> bool:
+    module = type(error).__module__
+    return isinstance(error, OSError) or module.startswith(("huggingface_hub", "httpx", "requests", "urllib3"))
+
+
 class HubUploads:
     """The trainer's pushes, each leaving the run's private files out (mixed into `MethodTrainer`)."""
+
+    def init_hf_repo(self, *args, **kwargs):
+        """Trainer's repo creation for `push_to_hub=True`, with a failure to reach the Hub said in one line."""
+        try:
+            return super().init_hf_repo(*args, **kwargs)
+        except Exception as error:
+            if not _hub_error(error):
+                raise
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300].rstrip(".")
+            repo = self.args.hub_model_id or "named after output_dir"
+            raise HubUnreachable(
+                f"push_to_hub: the Hub cannot create or reach the repo ({repo}): {type(error).__name__}: {first}. "
+                "Check the network (HF_HUB_OFFLINE), log in "
+                "(`hf auth login` or HF_TOKEN) with write access, or set hub_model_id to a repo you may write; or "
+                "train without --push_to_hub and push later") from error
 
     def push_to_hub(self, *args, **kwargs):
         """Trainer's `push_to_hub`, leaving the run's private files out of the upload (`run_private_patterns`)."""
