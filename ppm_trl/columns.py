@@ -311,7 +311,16 @@ def check_named_columns(columns: Sequence[str], named: Sequence[tuple[str, str |
     `--problem-column`)."""
     for flag, column in named:
         if column is not None and column not in columns:
-            raise ValueError(f"{flag} {column!r} is not a column of {source}; its columns are {list(columns)}")
+            role = next((role for role in _LIKELY_COLUMNS if role in flag), None)
+            likely = [c for c in _LIKELY_COLUMNS.get(role, ()) if c in columns and c != column]
+            hint = f"; did you mean {flag} {likely[0]}?" if likely else ""
+            raise ValueError(f"{flag} {column!r} is not a column of {source}; its columns are {list(columns)}{hint}")
+
+
+# The names a role's column usually has (GSM8K, MATH, chat datasets), most likely first: the hint of a wrong flag.
+_LIKELY_COLUMNS = {"problem": ("problem", "question", "prompt", "query", "instruction", "input", "messages"),
+                   "reference": ("solution", "reference", "answer", "response", "output", "messages"),
+                   "answer": ("answer", "final_answer", "gold", "target")}
 
 
 def is_prepared(columns: Sequence[str]) -> bool:

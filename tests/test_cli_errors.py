@@ -509,3 +509,12 @@ def test_a_config_env_block_may_set_ordinary_variables(tmp_path, capsys, monkeyp
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     err = _fails(capsys, "train", "--config", str(_config(tmp_path, env={"TOKENIZERS_PARALLELISM": "false"})))
     assert "`env`" not in err  # it fails later, on the missing model, not on the env block
+
+
+def test_prepare_on_a_math_shaped_file_suggests_its_problem_column(tmp_path, capsys):
+    """Issue 44: the README's `prepare ... --reference-column solution` on a MATH-shaped file failed without saying
+    which column holds the problem (the default is `prompt`)."""
+    data = _jsonl(tmp_path / "math.jsonl", [{"problem": "What is 1 + 1?", "solution": "So \\boxed{2}."}])
+    err = _fails(capsys, "prepare", "--dataset", str(data), "--reference-column", "solution", "--judge-model",
+                 "openai/x", "--out", str(tmp_path / "out"))
+    assert "--problem-column 'prompt' is not a column" in err and "did you mean --problem-column problem?" in err

@@ -106,7 +106,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
     data.add_argument("--config-name", default=None, help="Hub dataset configuration name.")
     data.add_argument("--reference-column", required=True, help="Column with the reference solution text.")
     data.add_argument("--problem-column", default="prompt",
-                      help="Column with the problem: plain text or a conversational prompt (last user message).")
+                      help="Column with the problem: plain text or a conversational prompt (last user message); "
+                           "default: %(default)s (MATH-style files: problem; GSM8K: question).")
     data.add_argument("--answer-column", default=None,
                       help="Column with the gold final answer (default: extracted from the reference solution: its "
                            "last \\boxed{}, else a GSM8K '#### ' line).")
@@ -170,7 +171,7 @@ def read_progress(path: str, meta: dict[str, Any]) -> list[dict[str, Any]]:
     a record without a whole-number index >= 0 is not a finished row). `matching_progress` then keeps the records
     whose row still reads the same."""
     if not os.path.exists(path):
-        return {}
+        return []
     with open(path, encoding="utf-8") as handle:
         lines = handle.read().splitlines()
     done: list[dict[str, Any]] = []
