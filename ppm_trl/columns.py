@@ -269,12 +269,15 @@ def map_columns(dataset, problem_column: str | None = None, answer_column: str |
         for i in missing:
             unusable[i] = (f"column {answer_source!r}, row {i}: no gold answer (no GSM8K `#### <answer>` line, no "
                            f"closed `\\boxed{{<answer>}}`) in {str(values[i])[:60]!r}")
-        gsm8k = sum(bool(_GSM8K_ANSWER.search(str(v))) for v in values)
-        boxed = sum("\\boxed" in str(normalize_boxes(v)) and not _GSM8K_ANSWER.search(str(v)) for v in values)
+        # Counted over the rows that had a gold answer (a row left out for another reason, e.g. an empty question
+        # beside a valid `#### 4`, is in none of the counts: it made "as written" negative).
+        found = [str(values[i]) for i, g in enumerate(golds) if g is not None]
+        gsm8k = sum(bool(_GSM8K_ANSWER.search(v)) for v in found)
+        boxed = sum("\\boxed" in normalize_boxes(v) and not _GSM8K_ANSWER.search(v) for v in found)
         if gsm8k or boxed:
-            none = len(values) - sum(g is not None for g in golds)
+            none = len(missing)
             report.append(f"gold answers from column {answer_source!r}: {gsm8k} GSM8K-style (`#### x`), "
-                          f"{boxed} from the last \\boxed{{}}, {len(values) - gsm8k - boxed - none} as written"
+                          f"{boxed} from the last \\boxed{{}}, {len(found) - gsm8k - boxed} as written"
                           + (f", {none} without one" if none else ""))
         if answer_source != "answer" or golds != list(values):  # an `answer` that is all gold stays as it is
             new["answer"] = golds

@@ -46,6 +46,17 @@ def test_gsm8k_question_answer_maps_to_prompt_answer_reference():
                       "0 as written"]
 
 
+def test_the_gold_answer_counts_leave_out_rows_left_out_for_another_reason():
+    """Issue 44: a row with an empty question and a valid `#### 4` made the report say "-1 as written"."""
+    data = Dataset.from_dict({"question": ["How many?", "", "And now?"],
+                              "answer": ["#### 72", "#### 4", "#### 6"]})
+    mapped, report = map_columns(data, problem_column="question", reference_column="answer",
+                                 invalid_rows="drop")
+    assert mapped["answer"] == ["72", "6"]
+    assert "gold answers from column 'answer': 2 GSM8K-style (`#### x`), 0 from the last \\boxed{}, 0 as written" \
+        in report
+
+
 def test_math_solution_gives_answer_and_reference():
     data = Dataset.from_dict({"problem": ["1+2?"], "solution": ["$1+2=3$, so \\boxed{3}."]})
     mapped, _ = map_columns(data, problem_column="problem", answer_column="solution", reference_column="solution")
