@@ -269,3 +269,16 @@ def test_assumptions_out_of_range_are_one_line_naming_the_flag(tmp_path, capsys,
     err = capsys.readouterr().err
     assert exited.value.code == 2 and "Traceback" not in err
     assert f"--{flag.lstrip('-').replace('-', '_')} must be" in err
+
+
+def test_a_rows_two_requests_wait_for_each_other():
+    """Issue 44: `estimate prepare`'s wall time ignored that a row's graph request waits for its points answer: with
+    ample concurrency one row still takes two latencies."""
+    from ppm_trl.judge import projection
+
+    profile = projection.RequestProfile(2.0, 1000.0, 100.0)
+    limits = projection.JudgeLimits(None, None, 64, 3.0)
+    unpriced = projection.Prices(None, None)
+    assert projection.batch_workload(1, profile, limits, unpriced).seconds == 3.0  # 2 requests, one wave
+    assert projection.batch_workload(1, profile, limits, unpriced, chained=2).seconds == 6.0
+    assert projection.batch_workload(100, profile, limits, unpriced, chained=2).seconds == 12.0  # 200 / 64 → 4 waves

@@ -93,7 +93,7 @@ def estimate_prepare(argv: list[str],
     limits = projection.JudgeLimits(settings.judge_max_rpm, settings.judge_max_tpm, settings.judge_max_concurrency,
                                     latency)
     prices, prices_said = judge_prices(options.judge_model, profile.prompt_tokens, profile.completion_tokens)
-    run = projection.batch_workload(len(groups), profile, limits, prices)
+    run = projection.batch_workload(len(groups), profile, limits, prices, chained=2)  # points, then the graph
     per_row = run.scaled(1 / len(groups)) if groups else run
     assumptions = [
         "each distinct row: one points request and one graph request (no retries: an answer whose last point does "

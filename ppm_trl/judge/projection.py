@@ -164,14 +164,17 @@ def seconds_at_concurrency(requests: float, max_concurrency: int, latency_s: flo
 
 
 def batch_workload(units: float, profile: RequestProfile, limits: JudgeLimits, prices: Prices,
-                   duplicate_fraction: float = 0.0) -> Workload:
-    """The judge work of one batch of `units` (rollouts or rows) sent together (see the module doc)."""
+                   duplicate_fraction: float = 0.0, chained: int = 1) -> Workload:
+    """The judge work of one batch of `units` (rollouts or rows) sent together (see the module doc). `chained`: the
+    requests of a unit that wait for each other (prepare's graph request needs the points answer), so however
+    high the concurrency the batch takes at least that many latencies."""
     requests = requests_of(units, profile.requests_per_unit, duplicate_fraction)
     prompt, completion = requests * profile.prompt_tokens, requests * profile.completion_tokens
     cost = prompt * prices.prompt_usd + completion * prices.completion_usd if prices.known else None
+    waves = seconds_at_concurrency(requests, limits.max_concurrency, limits.latency_s, limits.processes)
     return Workload(requests, prompt, completion, cost, seconds_at_rate(requests, limits.max_rpm),
                     seconds_at_rate(prompt + completion, limits.max_tpm),
-                    seconds_at_concurrency(requests, limits.max_concurrency, limits.latency_s, limits.processes))
+                    max(waves, chained * limits.latency_s) if requests > 0 else 0.0)
 
 
 def steps_within_budget(per_step: float, budget: float | None) -> float | None:
