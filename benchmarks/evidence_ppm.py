@@ -1,7 +1,8 @@
 """`evidence.py`'s PPM parts: GRPO vs trajectory-level vs line-segment PPM by horizon, tuned at every horizon.
 
-* **ppm** on `multi_add` from the pinned warm start, at every horizon of `--horizons` (equal chunks too at the
-  hardest).
+* **ppm** on `multi_add` from the pinned warm start, at every horizon of `--horizons`: GRPO, trajectory-level PPM
+  and line segments with the answer line a segment of its own (`LINES`); at the hardest horizon also equal chunks
+  and line segments whose answer shares the last line's segment (`lines`, where the answer format was lost).
 * **ppm_robust** on `chain_add`, whose warm start learned from clean references (its cliff is a competence limit):
   the recipe, or the same SFT stopped earlier, the first whose profile has a cliff (`--robust-sft-steps`); GRPO and
   line segments at the same horizons.
@@ -51,9 +52,13 @@ from ppm_trl.demo import VARIANT_LABELS, choose_horizons
 from ppm_trl.demo.runs import KEPT_COMPLETIONS as KEPT
 from ppm_trl.demo.warmstart import WarmStartSettings
 
-PPM_VARIANTS = ["sparse", "trajectory", "lines"]
-PPM_HARDEST_ONLY = ["segment"]  # equal chunks, at the hardest horizon
-ROBUST_VARIANTS = ["sparse", "lines"]
+# The line-segment arm gives the answer line a segment of its own (`lines_answer`, K = n + 1): with K = n the answer
+# shared the last line's segment, a right last line credited a garbled answer, and the answer format was lost at
+# n = 8 (issue 40 item 2; the K = n arm stays at the hardest horizon, where it was diagnosed).
+LINES = "lines_answer"
+PPM_VARIANTS = ["sparse", "trajectory", LINES]
+PPM_HARDEST_ONLY = ["segment", "lines"]  # equal chunks, and one segment per line with K = n, at the hardest horizon
+ROBUST_VARIANTS = ["sparse", LINES]
 LR_CHOICES = ("own", "shared")
 
 
@@ -195,13 +200,13 @@ def compare(
     for n in horizons:
         for choice in LR_CHOICES:
             cells = by_n[n][choice]
-            cells["gap"] = paired_gap(cells["lines"]["final_all_correct"], cells["sparse"]["final_all_correct"])
+            cells["gap"] = paired_gap(cells[LINES]["final_all_correct"], cells["sparse"]["final_all_correct"])
             cells["gap_greedy"] = paired_gap(
-                cells["lines"]["final_greedy_all_correct"], cells["sparse"]["final_greedy_all_correct"]
+                cells[LINES]["final_greedy_all_correct"], cells["sparse"]["final_greedy_all_correct"]
             )
     own, shared = ({n: by_n[n][choice] for n in horizons} for choice in LR_CHOICES)
     reached = {n: {v: own[n][v]["samples_to_target"] for v in arms[n]} for n in horizons}
-    ratios = {n: ratio_by_seed(reached[n]["sparse"], reached[n]["lines"], budget) for n in horizons}
+    ratios = {n: ratio_by_seed(reached[n]["sparse"], reached[n][LINES], budget) for n in horizons}
     km = {n: {v: km_median(reached[n][v], budget) for v in arms[n]} for n in horizons}
     hardest_ratio = log_t_ratio(ratios[hardest])
     out.update(
@@ -221,17 +226,17 @@ def compare(
         # samples-to-target (GRPO / line segments), censored at the budget, no seed dropped
         ratio_by_seed={str(n): ratios[n] for n in horizons},
         km_median={str(n): km[n] for n in horizons},
-        km_median_ratio={str(n): km_ratio(reached[n]["sparse"], reached[n]["lines"], budget) for n in horizons},
+        km_median_ratio={str(n): km_ratio(reached[n]["sparse"], reached[n][LINES], budget) for n in horizons},
         share_reached_by_budget={
             str(n): {v: share_reached_by(reached[n][v], budget_marks(args)) for v in arms[n]} for n in horizons
         },
         ratio_per_seed=ratios[hardest],
-        ratio_median=km_ratio(reached[hardest]["sparse"], reached[hardest]["lines"], budget),
+        ratio_median=km_ratio(reached[hardest]["sparse"], reached[hardest][LINES], budget),
         ratio_ci95=hardest_ratio["ci95"],
         ratio_geometric_mean=hardest_ratio["geometric_mean"],
         ratio_summary=hardest_ratio,
         censored=any(s is None for s in reached[hardest]["sparse"]),
-        ppm_censored=any(s is None for s in reached[hardest]["lines"]),
+        ppm_censored=any(s is None for s in reached[hardest][LINES]),
         grpo_reached_target_at=[n for n in horizons if any(s is not None for s in reached[n]["sparse"])],
         details={str(n): {"own": own[n], "shared": shared[n]} for n in horizons},
     )

@@ -98,7 +98,8 @@ class FakeRunner:
 
     def result(self, s):
         fit = max(0.0, 1 - abs(math.log10(s.learning_rate / self.best_lr[s.variant])))
-        speed = {"sparse": 0.02, "trajectory": 0.03, "lines": 0.05, "segment": 0.04}[s.variant] * fit
+        speed = {"sparse": 0.02, "trajectory": 0.03, "lines_answer": 0.05, "lines": 0.05, "segment": 0.04}[
+            s.variant] * fit
         if s.variant == "sparse" and s.seed == 1:
             speed = 0.0  # GRPO never takes off on reporting seed 1: a censored seed
         history = [{"step": step, "samples": step * 64, "all_correct": min(1.0, speed * step / 10),
@@ -113,25 +114,26 @@ def test_ppm_comparison_tunes_every_horizon_and_reports_own_and_shared_lrs(tmp_p
 
     args = evidence.parse_args(["--output-dir", str(tmp_path), "--horizons", "2", "4", "--ppm-steps", "100",
                                 "--seeds", "0", "1", "2"])
-    runner = FakeRunner({"sparse": 3e-5, "trajectory": 1e-4, "lines": 3e-4, "segment": 1e-4})
+    runner = FakeRunner({"sparse": 3e-5, "trajectory": 1e-4, "lines_answer": 3e-4, "lines": 1e-4, "segment": 1e-4})
     profile = {n: {"all_correct": 0.1} for n in (2, 4)}
     tables = []
     out = compare(args, runner, "multi_add", "f" * 16, profile, [2, 4], PPM_VARIANTS, PPM_HARDEST_ONLY, tables, "PPM")
     # Every arm tuned at both horizons (segment at the hardest only); each grid's best is its scripted optimum.
-    assert out["best_lr_by_n"]["2"] == {"sparse": 3e-5, "trajectory": 1e-4, "lines": 3e-4}
-    assert out["best_lr_by_n"]["4"]["segment"] == 1e-4
+    assert out["best_lr_by_n"]["2"] == {"sparse": 3e-5, "trajectory": 1e-4, "lines_answer": 3e-4}
+    assert out["best_lr_by_n"]["4"]["segment"] == 1e-4 and out["best_lr_by_n"]["4"]["lines"] == 1e-4
     assert {(s.n, s.variant) for s in runner.specs if s.seed in args.tuning_seeds} == {
-        (n, v) for n in (2, 4) for v in PPM_VARIANTS} | {(4, "segment")}
+        (n, v) for n in (2, 4) for v in PPM_VARIANTS} | {(4, "segment"), (4, "lines")}
     # The shared lr is in every grid and best on average (1e-4); every arm also ran there on the reporting seeds.
     assert out["shared_lr_by_n"] == {"2": 1e-4, "4": 1e-4}
     reported = {(s.variant, s.n, s.learning_rate) for s in runner.specs if s.seed in args.seeds}
-    assert ("sparse", 2, 1e-4) in reported and ("sparse", 2, 3e-5) in reported and ("lines", 4, 1e-4) in reported
+    assert ("sparse", 2, 1e-4) in reported and ("sparse", 2, 3e-5) in reported
+    assert ("lines_answer", 4, 1e-4) in reported
     # matched_lr: final all-correct at the shared lr, mean over seeds (GRPO at 1e-4: fit 1 − log10(10/3), seed 1 flat).
     fit = 1 - math.log10(1e-4 / 3e-5)
     assert out["matched_lr"]["2"]["sparse"] == pytest.approx(2 * min(1.0, 0.02 * fit * 10) / 3)
     # Samples-to-target at n = 4 (target 0.65^4 = 0.179): lines reach it at step 40 on every seed; GRPO at step 90
     # on seeds 0 and 2, never on seed 1 — which stays in the summary as a lower bound, not dropped.
-    assert out["km_median"]["4"]["lines"] == 40 * 64 and out["km_median"]["4"]["sparse"] == 90 * 64
+    assert out["km_median"]["4"]["lines_answer"] == 40 * 64 and out["km_median"]["4"]["sparse"] == 90 * 64
     assert out["ratio_by_seed"]["4"] == [pytest.approx(90 / 40), {"lower": 6400 / (40 * 64)}, pytest.approx(90 / 40)]
     assert out["ratio_median"] == pytest.approx(90 / 40) and out["censored"] is True
     assert out["ratio_summary"]["exact"] == 2 and out["ratio_summary"]["lower_bounds"] == 1
