@@ -140,6 +140,7 @@ def parse_train_args(argv: list[str]):
         # TRL's own __post_init__ would die on it with a ZeroDivisionError
         raise UsageError(f"num_generations must be >= 1 (samples per prompt; GRPO needs >= 2), got {generations}")
     use_cpu = str(flag_value(argv, "--use_cpu", config.get("use_cpu", False))).lower() in ("true", "1", "yes")
+    argv = deepspeed_on_cpu(argv, config, use_cpu)
     parser.set_defaults(bf16=auto_bf16() and not use_cpu)  # the YAML and flags override it
     from .configs import BATCH_KEYS
 
@@ -157,6 +158,27 @@ def parse_train_args(argv: list[str]):
     if script_args.long_prompts not in ("error", "drop"):
         raise UsageError(f"long_prompts must be `error` or `drop`, got {script_args.long_prompts!r}")
     return script_args, training_args, model_args
+
+
+def deepspeed_on_cpu(argv: list[str], config: dict, use_cpu: bool) -> list[str]:
+    """`argv` with what DeepSpeed needs on a machine without CUDA, when `accelerate launch` runs it (e.g.
+    configs/accelerate/cpu_zero3.yaml): no `use_cpu` (the Trainer would size DeepSpeed's batch for one process and
+    DeepSpeed asserts; accelerate and DeepSpeed use the CPU by themselves) and the gloo backend unless one is set. The
+    same config then runs under DDP, DeepSpeed or a single process unchanged."""
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() != "true" or torch.cuda.is_available():
+        return argv
+    extra, said = [], []
+    if use_cpu:
+        extra += ["--use_cpu", "false"]
+        said.append("use_cpu off (DeepSpeed runs on the CPU by itself)")
+    if flag_value(argv, "--ddp_backend", config.get("ddp_backend")) is None:
+        extra += ["--ddp_backend", "gloo"]
+        said.append("ddp_backend gloo")
+    if said and os.environ.get("RANK", "0") == "0":
+        print(f"ppm-trl train: DeepSpeed without CUDA: {', '.join(said)}", file=sys.stderr)
+    return [*argv, *extra]
 
 
 def auto_bf16() -> bool:

@@ -226,31 +226,57 @@ def test_papo_straddling_group_matches_one_process(launch_name, ddp_run, zero3_r
         assert two[str(position)]["advantages"] == [pytest.approx(expected[position], abs=1e-4)]
 
 
-# ------------------------------------------------------------------------- first start from empty directories
-@pytest.mark.slow
-@pytest.mark.parametrize("config", ["cpu_ddp.yaml", "cpu_zero3.yaml"])
-def test_tiny_model_example_starts_from_empty_directories(config, tmp_path):
-    """Both ranks resolve `--model_name_or_path tiny`; they used to race to build it, and a rank that found the
-    model written but not yet its tokenizer failed ("tokenizer.chat_template is not set"). From an empty output
-    directory and an empty HOME (no Hub, DeepSpeed or ppm_trl cache) the first launch trains."""
-    home, out = tmp_path / "home", tmp_path / "out"
-    home.mkdir()
-    # DDP on CPU needs `use_cpu`; DeepSpeed must not have it (configs/accelerate/cpu_zero3.yaml says why).
-    device = ["--use_cpu", "true"] if config == "cpu_ddp.yaml" else []
-    completed = accelerate_launch(config, [
-        "examples/train_ppm.py", "--model_name_or_path", "tiny", "--env_name", "multi_countdown", "--env_size", "8",
-        "--output_dir", str(out), "--ddp_backend", "gloo", "--bf16", "false", "--gradient_checkpointing", "false",
-        "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "32",
-        "--num_segments", "2", "--progress_scorer", "programmatic", "--max_steps", "1", "--logging_steps", "1",
-        "--save_strategy", "no", "--report_to", "none", *device],
-        env={"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "HF_HOME": str(home / ".cache" / "hf")})
+# ------------------------------------------------------------------------- the README's CPU launchers, as written
+def readme_launch_lines() -> list[str]:
+    """The `accelerate launch` lines of README "GPU quickstart" → "Before renting GPUs" (its second bash block)."""
+    from test_readme import readme_block
+
+    return [line for line in readme_block("GPU quickstart", "bash", 1).splitlines()
+            if line.startswith("accelerate launch")]
+
+
+def launch_readme_line(line: str, out: Path, *more: str, env: dict | None = None) -> str:
+    """One README line as written (its own output_dir redirected to `out`, `more` flags after it); the log."""
+    words = line.split()
+    config = Path(words[words.index("--config_file") + 1]).name
+    script = words[words.index("--config_file") + 2:]
+    completed = accelerate_launch(config, [*script, "--output_dir", str(out), *more], env=env)
     log = completed.stdout + completed.stderr
     assert completed.returncode == 0, log[-6000:]
-    done = [line for line in completed.stdout.splitlines() if line.startswith("train_ppm: done ")]
-    assert len(done) == 1 and json.loads(done[0].split(" done ", 1)[1])["steps"] == 1  # the main process reports
+    return log
+
+
+def test_the_readme_lists_a_cpu_dry_run_of_every_launcher_and_method():
+    lines = readme_launch_lines()
+    assert {Path(line.split()[3]).name for line in lines} == {"cpu_ddp.yaml", "cpu_zero3.yaml"}
+    assert {line.split()[4] for line in lines} == {f"examples/train_{m}.py" for m in ("ppm", "papo", "arg")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [0, 1, 2, 3])
+def test_the_readme_cpu_launch_runs_as_written_then_again_then_resumes(index, tmp_path):
+    """Issue 44: ZeRO-3 on CPU failed 3 of 3 times as a user ran it (both ranks built the tiny model at once; with
+    the config's `use_cpu` DeepSpeed asserted on the batch size), and the half-written model broke every rerun.
+    Each README line from an empty HOME and output_dir; the PPM lines then again in the same output_dir and resumed
+    from their last checkpoint one step further."""
+    line = readme_launch_lines()[index]
+    method = line.split()[4].split("_")[-1].removesuffix(".py")
+    home, out = tmp_path / "home", tmp_path / "out"
+    home.mkdir()
+    empty = {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "HF_HOME": str(home / ".cache" / "hf")}
+    save = ["--save_strategy", "steps", "--save_steps", "1"]
+    log = launch_readme_line(line, out, *save, env=empty)
+    assert f"train_{method}: done " in log
     built = out / "initial_tiny_model"
     assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"} <= set(os.listdir(built))
     assert not [name for name in os.listdir(out) if name.startswith(".initial_tiny_model")]  # no staging left
+    if "cpu_zero3" in line:
+        assert "DeepSpeed without CUDA: use_cpu off" in log  # the config's use_cpu, handled and said
+    if method != "ppm":
+        return
+    launch_readme_line(line, out, *save)  # again into the same output_dir: the built model is reused
+    log = launch_readme_line(line, out, *save, "--max_steps", "3", "--resume_from_checkpoint", "last")
+    assert "resuming from checkpoint-2" in log and '"steps": 3' in log
 
 
 # ---------------------------------------------------------------------------------------------- examples/

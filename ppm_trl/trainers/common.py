@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
 
 import torch
@@ -74,9 +75,22 @@ def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: in
         from ..tiny import save_tiny_model
 
         path = os.path.abspath(os.path.join(args.output_dir, "initial_tiny_model" + "_tools" * tool_calling))
-        # Under `accelerate launch` every rank gets here: the main process of each machine builds, the others wait
-        # and then find it (a rank that read a half-written directory failed on its missing chat template).
-        with args.main_process_first(desc="building the tiny model"):
+        # Under `accelerate launch` every rank gets here. An OS file lock (not the launcher's barrier, which a
+        # DeepSpeed launch with `use_cpu` did not give) lets the first process of a machine build while the others
+        # wait and then find it; the lock lives in the temp dir, keyed by the path, never in output_dir.
+        import hashlib
+        import tempfile
+
+        import filelock
+
+        key = hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        complete = ("config.json", "model.safetensors", "tokenizer.json")
+        with filelock.FileLock(os.path.join(tempfile.gettempdir(), f"ppm_trl_tiny_model_{key}.lock")):
+            if os.path.isdir(path) and not all(os.path.exists(os.path.join(path, name)) for name in complete):
+                # A directory this function did not finish (an older version wrote in place): rebuilt, not trusted.
+                print(f"ppm_trl: {path} is incomplete (a build that was interrupted); building it again",
+                      file=sys.stderr, flush=True)
+                shutil.rmtree(path)
             if not os.path.exists(os.path.join(path, "config.json")):
                 # Written beside, then renamed: a run stopped while saving leaves no model without its tokenizer,
                 # and of two machines saving on a shared file system the first one's copy is kept.
