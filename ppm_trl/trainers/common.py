@@ -4,8 +4,10 @@ Nothing here touches TRL's private members (that is the seam's job alone, `train
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 import uuid
 
@@ -66,14 +68,17 @@ def check_reward_columns(dataset, reward_funcs, method: str) -> None:
             check_columns(dataset, {column: "any"}, f"{method} with the `{func.__name__}` reward")
 
 
+# The variables `accelerate launch` sets that would make the tiny model's builder join the run's process group.
+_NO_LAUNCHER = {"ACCELERATE_USE_DEEPSPEED": "false", "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "1"}
+
+
 def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: int = 2, tool_calling: bool = False):
     """`"tiny"` → the offline tiny model, saved under `args.output_dir`; a local directory → its absolute path.
 
     Absolute, so a LoRA adapter's `base_model_name_or_path` and the model card still point at it from elsewhere.
     """
     if model == "tiny":
-        from ..tiny import save_tiny_model
-
         path = os.path.abspath(os.path.join(args.output_dir, "initial_tiny_model" + "_tools" * tool_calling))
         # Under `accelerate launch` every rank gets here. An OS file lock (not the launcher's barrier, which a
         # DeepSpeed launch with `use_cpu` did not give) lets the first process of a machine build while the others
@@ -96,8 +101,18 @@ def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: in
                 # and of two machines saving on a shared file system the first one's copy is kept.
                 staging = os.path.join(args.output_dir, f".{os.path.basename(path)}.{uuid.uuid4().hex}")
                 try:
-                    save_tiny_model(staging, seed=args.seed, hidden_size=hidden_size,
-                                    num_hidden_layers=num_hidden_layers, tool_calling=tool_calling)
+                    # Under DeepSpeed in a fresh interpreter: with ZeRO-3 this process builds every model inside
+                    # DeepSpeed's zero.Init (partitioned, empty weights), so its copy would not be the model.
+                    settings = dict(seed=args.seed, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
+                                    tool_calling=tool_calling)
+                    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+                        subprocess.run([sys.executable, "-c", "import json, sys; from ppm_trl.tiny import "
+                                        "save_tiny_model; save_tiny_model(sys.argv[1], **json.loads(sys.argv[2]))",
+                                        staging, json.dumps(settings)], check=True, env={**os.environ, **_NO_LAUNCHER})
+                    else:
+                        from ..tiny import save_tiny_model
+
+                        save_tiny_model(staging, **settings)
                     os.rename(staging, path)
                 except OSError:
                     if not os.path.exists(os.path.join(path, "config.json")):
