@@ -101,11 +101,13 @@ def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: in
                 # and of two machines saving on a shared file system the first one's copy is kept.
                 staging = os.path.join(args.output_dir, f".{os.path.basename(path)}.{uuid.uuid4().hex}")
                 try:
-                    # Under DeepSpeed in a fresh interpreter: with ZeRO-3 this process builds every model inside
-                    # DeepSpeed's zero.Init (partitioned, empty weights), so its copy would not be the model.
+                    # Under a launcher in a fresh interpreter: with ZeRO-3 this process builds every model inside
+                    # DeepSpeed's zero.Init (partitioned, empty weights), and with a process group up
+                    # `save_pretrained` writes the weights from rank 0 only — a rank 1 build had no weights file.
                     settings = dict(seed=args.seed, hidden_size=hidden_size, num_hidden_layers=num_hidden_layers,
                                     tool_calling=tool_calling)
-                    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+                    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or \
+                            os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
                         subprocess.run([sys.executable, "-c", "import json, sys; from ppm_trl.tiny import "
                                         "save_tiny_model; save_tiny_model(sys.argv[1], **json.loads(sys.argv[2]))",
                                         staging, json.dumps(settings)], check=True, env={**os.environ, **_NO_LAUNCHER})
