@@ -151,6 +151,9 @@ def test_lora_save_has_the_method_card_and_a_loadable_absolute_base(tmp_path, mo
     trainer.save_model()
     out = tmp_path / "out"
     _assert_method_card(out / "README.md", "ppm")  # not PEFT's boilerplate card
+    card = (out / "README.md").read_text()  # issue 44: the card said nothing of LoRA
+    assert "- Weights: LoRA, r 4, alpha 8, dropout 0.0, target modules ['q_proj', 'v_proj']" in card
+    assert "others cannot load it from there" in card  # a local base model, said plainly
     adapter = json.loads((out / "adapter_config.json").read_text())
     assert os.path.isabs(adapter["base_model_name_or_path"])
     # The adapter alone, copied elsewhere and loaded from another working directory, finds its base model.

@@ -47,11 +47,25 @@ def card_training_record(trainer, dataset_name: str | None = None) -> dict:
     weights = trainer.outcome_reward_weights.tolist()
     return {
         "method": method.name if method else type(trainer).__name__,
+        "adapter": adapter_of(trainer.model),
         "dataset": dataset_name or trainer.model_card_dataset or describe_dataset(trainer.train_dataset),
         "reward_funcs": [{"name": name, "weight": weight} for name, weight in zip(trainer.reward_func_names, weights)],
         "judge_model": getattr(judge, "model", None) if judge is not None else None,
         "settings": settings,
     }
+
+
+def adapter_of(model) -> dict | None:
+    """A PEFT model's adapter as its card records it (LoRA: r, alpha, dropout, target modules); None for a full
+    fine-tune."""
+    config = (getattr(model, "peft_config", None) or {}).get("default")
+    if config is None:
+        return None
+    targets = getattr(config, "target_modules", None)
+    return {"type": str(getattr(config, "peft_type", "adapter")).split(".")[-1].replace("LORA", "LoRA"),
+            "r": getattr(config, "r", None), "lora_alpha": getattr(config, "lora_alpha", None),
+            "lora_dropout": getattr(config, "lora_dropout", None),
+            "target_modules": sorted(targets) if isinstance(targets, (set, list, tuple)) else targets}
 
 
 def describe_dataset(dataset) -> str | None:
@@ -100,8 +114,13 @@ def render_training_record(record: dict, licence: str, source: str | None) -> st
     settings = ", ".join(f"`{name}`: {json.dumps(value)}" for name, value in record["settings"].items())
     unknown = " (no licence known: set one with `--license` or `create_model_card(license=...)`)"
     licence_line = f"`{licence}`" + (f" ({source})" if source else unknown)
+    adapter = record.get("adapter")
+    adapter_line = "full fine-tune (no adapter)" if not adapter else (
+        f"{adapter['type']}, r {adapter['r']}, alpha {adapter['lora_alpha']}, dropout {adapter['lora_dropout']}, "
+        f"target modules {adapter['target_modules']} (load with PEFT on the base model)")
     return ("### Training data, rewards and settings\n\n"
             f"- Method: `{record['method']}`\n"
+            f"- Weights: {adapter_line}\n"
             f"- Dataset: {record['dataset'] or 'not recorded'}\n"
             f"- Reward functions: {rewards}\n"
             f"- Judge model: {'`' + record['judge_model'] + '`' if record['judge_model'] else 'none (no LLM judge)'}\n"
@@ -146,7 +165,9 @@ class ModelCardWriter:
         base = get_config_model_id(self.model.config)
         text = card.text
         if card.data.base_model is None and base:
-            text = text.replace("[None](https://huggingface.co/None)", f"the local model `{base}`")
+            text = text.replace("[None](https://huggingface.co/None)", f"the local model `{base}` (a path on the "
+                                "machine that trained it: others cannot load it from there; start from a Hub id, or "
+                                "publish the base model too)")
         if self.hub_model_id is None:  # a local save: the card's usage snippet loads the local directory
             text = text.replace('model="None"', f'model="{os.path.abspath(self.args.output_dir)}"')
         record = card_training_record(self, dataset_name)
