@@ -339,3 +339,21 @@ def test_a_judge_error_body_reaches_logs_and_failures_printable(caplog):
     assert "\\x1b[31mbad\\x1b[0m\\nppm-trl prepare: wrote 100 rows to /tmp/x\\u202e" in reason
     assert reason.isprintable()
     assert all(record.getMessage().isprintable() for record in caplog.records)
+
+
+def test_a_cost_budget_on_a_model_without_a_price_stops_before_the_first_step():
+    """Issue 44: the run trained a step, then stopped on its first unpriced answers, although `estimate` already
+    knew the model is unpriced."""
+    from transformers import TrainerControl
+
+    from ppm_trl.judge.budget import JudgeBudgetCallback
+
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
+    unpriced = LiteLLMJudge("openai/no-such-priced-model", api_base="http://127.0.0.1:1/v1", max_cost_usd=1.0)
+    with pytest.raises(ValueError, match=r"judge_max_cost_usd=1 is set, but LiteLLM's price table has no price for "
+                                         r"the judge model 'openai/no-such-priced-model'"):
+        JudgeBudgetCallback(unpriced).on_train_begin(None, state, TrainerControl())
+    priced = LiteLLMJudge("openai/gpt-4o-mini", api_base="http://127.0.0.1:1/v1", max_cost_usd=1.0)
+    JudgeBudgetCallback(priced).on_train_begin(None, state, TrainerControl())  # a priced model: nothing to say
+    tokens_only = LiteLLMJudge("openai/no-such-priced-model", api_base="http://127.0.0.1:1/v1", max_total_tokens=100)
+    JudgeBudgetCallback(tokens_only).on_train_begin(None, state, TrainerControl())

@@ -25,6 +25,19 @@ class JudgeBudgetCallback(TrainerCallback):
         self.judge = judge
         self.stopped: str | None = None  # why training was stopped, once it was
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        """A cost budget on a model LiteLLM cannot price could never be counted: said before step 1 (it used to
+        stop the run after it, once the first answers came back unpriced)."""
+        if getattr(self.judge, "max_cost_usd", None) is None:
+            return
+        from ppm_trl.judge.transport import _Pricing
+
+        model = getattr(self.judge, "model", "?")
+        if _Pricing(model).cost(1000, 100) is None:
+            raise ValueError(f"judge_max_cost_usd={self.judge.max_cost_usd:g} is set, but LiteLLM's price table has no "
+                             f"price for the judge model {model!r}, so no answer could be counted against it. Remove "
+                             "judge_max_cost_usd, or budget the judge's tokens with judge_max_total_tokens")
+
     def on_step_end(self, args, state, control, **kwargs):
         spent = self.judge.spent()
         cost_usd, tokens, unpriced, usage_unknown = summed_over_processes(
