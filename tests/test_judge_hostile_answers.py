@@ -152,3 +152,16 @@ def test_any_answer_is_a_grade_or_an_unscorable_attempt_and_every_count_stays_a_
             assert all(math.isfinite(value) for value in stats.values() if isinstance(value, (int, float)))
 
         check()
+
+
+def test_litellm_reads_its_bundled_price_table_unless_told_otherwise(monkeypatch):
+    """Issue 44: without HF_HUB_OFFLINE every command fetched LiteLLM's price map (three tries, ~10 s offline)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_LOCAL_MODEL_COST_MAP", "HF_HUB_OFFLINE")}
+    probe = "from ppm_trl.judge.transport import import_litellm; import os; import_litellm(); " \
+            "print(os.environ['LITELLM_LOCAL_MODEL_COST_MAP'])"
+    said = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert said.stdout.strip() == "True", said.stderr[-2000:]
+    assert "cost map" not in said.stderr.lower()  # no fetch attempted, nothing warned

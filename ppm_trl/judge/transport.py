@@ -87,7 +87,10 @@ def check_max_response_bytes(value: object) -> int:
 
 
 def import_litellm():
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", str(os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")))  # offline: no remote price-map fetch (and warning) at import
+    # LiteLLM's bundled price table, not a download at every import (three tries and four warning lines, ~10 s,
+    # on every command without network; and a remote table is one more thing that can lie). Set the variable to
+    # "False" to have LiteLLM fetch the newest table.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm  # lazy: `import ppm_trl.judge` must stay light
 
     litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner per failed attempt
