@@ -294,3 +294,21 @@ def test_every_recipe_of_the_reference_table_is_a_current_cache_key():
                for env, seed in (("multi_add", 0), ("multi_add", 1), ("multi_add_any_order", 0),
                                  ("multi_add_boxed", 0))}
     assert set(warmstart.REFERENCE_DIGESTS) == set(recipes)
+
+
+def test_an_interrupted_warm_start_build_leaves_nothing_in_the_cache(tmp_path, monkeypatch):
+    """Issue 44: Ctrl-C in the Quickstart's warm start left a `.tmp` folder in ~/.cache/ppm_trl (and a traceback)."""
+    import transformers
+
+    from ppm_trl.demo.warmstart import WarmStartSettings, build_warm_start
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(transformers.Trainer, "train", interrupted)
+    settings = WarmStartSettings(env="multi_add", horizons=(1,), num_examples=8, max_steps=1, batch_size=4,
+                                 hidden_size=32, num_hidden_layers=1)
+    path = tmp_path / "cache" / settings.key()
+    with pytest.raises(KeyboardInterrupt):
+        build_warm_start(settings, str(path), progress=False)
+    assert not path.exists() and not (tmp_path / "cache" / f"{settings.key()}.tmp").exists()

@@ -250,10 +250,16 @@ def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None
 def _build_in_pinned_child(settings: WarmStartSettings, path: str, progress: bool) -> None:
     import subprocess
 
-    code = ("import json, sys; from ppm_trl.demo.warmstart import WarmStartSettings, build_warm_start; "
-            "build_warm_start(WarmStartSettings(**json.loads(sys.argv[1])), sys.argv[2], sys.argv[3] == '1')")
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(asdict(settings)), path, "1" if progress else "0"],
-                          env=pinned_environ())
+    code = ("import json, sys; from ppm_trl.demo.warmstart import WarmStartSettings, build_warm_start\n"
+            "try:\n    build_warm_start(WarmStartSettings(**json.loads(sys.argv[1])), sys.argv[2], sys.argv[3] == '1')\n"
+            "except KeyboardInterrupt:\n    sys.exit(130)  # the parent says it, in one line")
+    try:
+        done = subprocess.run([sys.executable, "-c", code, json.dumps(asdict(settings)), path,
+                               "1" if progress else "0"], env=pinned_environ())
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt("the warm-start build was interrupted; nothing of it was cached") from None
+    if done.returncode in (130, -2):
+        raise KeyboardInterrupt("the warm-start build was interrupted; nothing of it was cached")
     if done.returncode != 0:
         raise RuntimeError(f"the warm-start build (a child process with the pinned kernels {PINNED_KERNELS}) exited "
                            f"with {done.returncode}; its output is above")
@@ -268,38 +274,42 @@ def build_warm_start(settings: WarmStartSettings, path: str, progress: bool = Tr
 
     staging = path + ".tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    with deterministic_cpu():
-        model, tokenizer = build_tiny_model_and_tokenizer(
-            seed=settings.seed, hidden_size=settings.hidden_size, num_hidden_layers=settings.num_hidden_layers,
-            num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_attention_heads,
-        )
-        with datasets_progress_bars_off():  # three Map bars over data built here; the SFT bar shows the stage
-            data = sft_dataset(settings)
-            data = data.map(lambda row: completion_only_tokens(tokenizer, row["prompt"], row["completion"]),
-                            remove_columns=data.column_names)
-        # A plain Trainer with the model's own loss: TRL's SFTTrainer computes it through a chunked LM head whose CPU
-        # fallback loops in Python (~5x slower per step here); the loss is the same completion-only NLL.
-        args = TrainingArguments(
-            output_dir=staging, max_steps=settings.max_steps, per_device_train_batch_size=settings.batch_size,
-            learning_rate=settings.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=20,
-            weight_decay=0.0, seed=settings.seed, data_seed=settings.seed, use_cpu=True, bf16=False,
-            report_to="none", save_strategy="no", logging_steps=max(settings.max_steps // 10, 1),
-            disable_tqdm=not progress, dataloader_num_workers=0,
-        )
-        padding_side, tokenizer.padding_side = tokenizer.padding_side, "right"  # positions start at 0 in training
-        collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)
-        trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
-        try:
-            trainer.train()
-        finally:
-            tokenizer.padding_side = padding_side
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    digest = weights_digest(staging)
-    with open(os.path.join(staging, "warmstart.json"), "w") as handle:
-        json.dump({"version": WARMSTART_VERSION, **asdict(settings), "key": settings.key(),
-                   "steps_trained": trainer.state.global_step, "weights_digest": digest,
-                   "torch": torch.__version__, "kernels": kernels_in_use()}, handle, indent=2)
+    try:
+        with deterministic_cpu():
+            model, tokenizer = build_tiny_model_and_tokenizer(
+                seed=settings.seed, hidden_size=settings.hidden_size, num_hidden_layers=settings.num_hidden_layers,
+                num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_attention_heads,
+            )
+            with datasets_progress_bars_off():  # three Map bars over data built here; the SFT bar shows the stage
+                data = sft_dataset(settings)
+                data = data.map(lambda row: completion_only_tokens(tokenizer, row["prompt"], row["completion"]),
+                                remove_columns=data.column_names)
+            # A plain Trainer with the model's own loss: TRL's SFTTrainer computes it through a chunked LM head whose CPU
+            # fallback loops in Python (~5x slower per step here); the loss is the same completion-only NLL.
+            args = TrainingArguments(
+                output_dir=staging, max_steps=settings.max_steps, per_device_train_batch_size=settings.batch_size,
+                learning_rate=settings.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=20,
+                weight_decay=0.0, seed=settings.seed, data_seed=settings.seed, use_cpu=True, bf16=False,
+                report_to="none", save_strategy="no", logging_steps=max(settings.max_steps // 10, 1),
+                disable_tqdm=not progress, dataloader_num_workers=0,
+            )
+            padding_side, tokenizer.padding_side = tokenizer.padding_side, "right"  # positions start at 0 in training
+            collator = DataCollatorForSeq2Seq(tokenizer, padding=True, label_pad_token_id=-100)
+            trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=collator)
+            try:
+                trainer.train()
+            finally:
+                tokenizer.padding_side = padding_side
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        digest = weights_digest(staging)
+        with open(os.path.join(staging, "warmstart.json"), "w") as handle:
+            json.dump({"version": WARMSTART_VERSION, **asdict(settings), "key": settings.key(),
+                       "steps_trained": trainer.state.global_step, "weights_digest": digest,
+                       "torch": torch.__version__, "kernels": kernels_in_use()}, handle, indent=2)
+    except BaseException:  # Ctrl-C or a failure: nothing half-built stays in the cache
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     shutil.rmtree(path, ignore_errors=True)
     os.replace(staging, path)
 
