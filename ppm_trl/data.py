@@ -189,6 +189,7 @@ def prepare_dataset(script_args, training_args, dataset, reward_names: list[str]
         check_required_columns(dataset, required_columns(script_args.method, reward_names, training_args), source)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    for line in report:
-        print(f"ppm-trl: {line}", file=sys.stderr)
+    if os.environ.get("RANK", "0") == "0":  # every process maps the same rows; one reports them
+        for line in report:
+            print(f"ppm-trl: {line}", file=sys.stderr)
     return dataset

@@ -217,8 +217,9 @@ def check_prompt_lengths(dataset, tokenizer, model_path: str, script_args, train
         if len(too_long) == len(lengths):
             raise UsageError(f"every prompt is too long: {message}; raise --max_prompt_length or lower "
                              "--max_completion_length")
-        print(f"ppm-trl train: leaving out the prompts that do not fit: {message} (--long_prompts error refuses "
-              "them instead)", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # every process drops the same rows; one says so
+            print(f"ppm-trl train: leaving out the prompts that do not fit: {message} (--long_prompts error refuses "
+                  "them instead)", file=sys.stderr)
         return dataset.select(sorted(set(range(len(lengths))) - set(too_long)))
     raise UsageError(f"{message}. They would train on clipped completions only; shorten them, raise "
                      "--max_prompt_length / lower --max_completion_length, or pass --long_prompts drop")

@@ -518,3 +518,13 @@ def test_prepare_on_a_math_shaped_file_suggests_its_problem_column(tmp_path, cap
     err = _fails(capsys, "prepare", "--dataset", str(data), "--reference-column", "solution", "--judge-model",
                  "openai/x", "--out", str(tmp_path / "out"))
     assert "--problem-column 'prompt' is not a column" in err and "did you mean --problem-column problem?" in err
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_what_every_process_reads_alike_is_reported_by_one(tmp_path, capsys, monkeypatch, rank):
+    """Issue 44: under DDP the column report and the "leaving out prompts" line came once per rank."""
+    monkeypatch.setenv("RANK", rank)
+    data = _jsonl(tmp_path / "data.jsonl", [*GSM8K, {"question": "", "answer": "#### 4"}])
+    err = _fails(capsys, "train", "--config", str(_config(tmp_path, dataset_name=str(data), problem_column="question",
+                                                          reference_column="answer")))
+    assert ("left out 1 of 4 rows" in err) == (rank == "0")
