@@ -270,7 +270,14 @@ def _as_from_a_shell() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
+def _as_a_background_job() -> None:
+    """A child as a shell's `&` starts it: SIGINT ignored (issue 44: prepare then never stopped on it)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("started", [_as_from_a_shell, _as_a_background_job], ids=["foreground", "background"])
+def test_ctrl_c_prints_one_line_and_exits_130(tmp_path, started):
     data = write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": f"Q{i}?", "answer": f"Step {i}.\n#### {i}"}
                                                   for i in range(20)])
     out = tmp_path / "prepared"
@@ -281,7 +288,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(tmp_path):
             [sys.executable, "-m", "ppm_trl.prepare", "--dataset", data, "--problem-column", "question",
              "--reference-column", "answer", "--judge-model", "openai/scripted-judge", "--api-base", server.api_base,
              "--out", str(out), "--max-concurrency", "1", "--no-progress"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_as_from_a_shell)
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=started)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and process.poll() is None:  # wait until some rows are finished
             progress = out / PROGRESS_FILE

@@ -38,7 +38,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
+import threading
 from typing import Any
 
 from ppm_trl.columns import (  # noqa: F401  (problem_of, reference_of: importable from here as before)
@@ -426,6 +428,10 @@ def judge_cache_dir(flag: str | None, work_dir: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # A shell starts a background job (`ppm-trl prepare ... &`) with SIGINT ignored: `kill -INT` and a later
+        # `fg` + Ctrl-C must still stop it cleanly, as they stop `train`.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = prepare_parser()
     args = parser.parse_args(normalize_flags(list(sys.argv[1:] if argv is None else argv), parser))
     try:
