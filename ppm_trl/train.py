@@ -207,7 +207,8 @@ def check_prompt_lengths(dataset, tokenizer, model_path: str, script_args, train
         raise UsageError(f"no room for a prompt: {why} leaves {limit} tokens; lower max_completion_length")
     texts = [p if isinstance(p, str) else tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
              for p in dataset["prompt"]]
-    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    # verbose=False: our own line reports the long prompts (the tokenizer warned "Token indices sequence length" first)
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
     too_long = [i for i, n in enumerate(lengths) if n > limit]
     if not too_long:
         return dataset

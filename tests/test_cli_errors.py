@@ -528,3 +528,24 @@ def test_what_every_process_reads_alike_is_reported_by_one(tmp_path, capsys, mon
     err = _fails(capsys, "train", "--config", str(_config(tmp_path, dataset_name=str(data), problem_column="question",
                                                           reference_column="answer")))
     assert ("left out 1 of 4 rows" in err) == (rank == "0")
+
+
+def test_the_prompt_length_check_says_it_once_in_its_own_words(tmp_path, capsys):
+    """Issue 44: transformers' "Token indices sequence length" warning came before the project's own line."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from ppm_trl.tiny import build_tiny_model_and_tokenizer
+    from ppm_trl.train import check_prompt_lengths
+
+    model, tokenizer = build_tiny_model_and_tokenizer()
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.model_max_length = 8  # what makes the tokenizer warn
+    data = Dataset.from_dict({"prompt": ["short", "x " * 100]})
+    kept = check_prompt_lengths(data, tokenizer, str(tmp_path / "m"),
+                                SimpleNamespace(max_prompt_length=32, long_prompts="drop"),
+                                SimpleNamespace(max_completion_length=16))
+    err = capsys.readouterr().err
+    assert len(kept) == 1 and "leaving out the prompts that do not fit: 1 of 2 prompts" in err
+    assert "Token indices sequence length" not in err
