@@ -170,3 +170,14 @@ def test_lora_save_has_the_method_card_and_a_loadable_absolute_base(tmp_path, mo
     assert "README.md" in hub.uploads[0]["files"]
     pushed = (out / "README.md").read_text()
     assert pushed == saved.replace(f'model="{out}"', 'model="someone/out"')
+
+
+def test_a_dataset_read_from_a_local_file_is_not_called_by_its_file_format(tmp_path):
+    """Issue 44: a Python run's card named its dataset `json` (the builder of `load_dataset("json", ...)`)."""
+    from datasets import load_dataset
+
+    from ppm_trl.trainers.base import describe_dataset
+
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    assert describe_dataset(load_dataset("json", data_files=str(path), split="train")) is None

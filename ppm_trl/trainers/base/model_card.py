@@ -78,7 +78,15 @@ def describe_dataset(dataset) -> str | None:
         return f"ppm_trl synthetic env `{row['env']}`" + (f", n = {row['n']}" if "n" in columns else "") + \
             f" ({len(dataset)} problems)"
     name = getattr(getattr(dataset, "info", None), "dataset_name", None)
-    return str(name) if name else None
+    # `load_dataset("json", data_files=...)` names the file format, not the data: that is no dataset name.
+    if not name or name in _FILE_BUILDERS:
+        return None
+    return str(name)
+
+
+_UNNAMED_DATASET = "not recorded (name it: `create_model_card(dataset_name=...)`, `model_card_dataset`)"
+_FILE_BUILDERS = {"json", "csv", "parquet", "text", "arrow", "generator", "pandas", "sql", "webdataset", "imagefolder",
+                  "audiofolder", "videofolder"}
 
 
 def base_model_license(base: str | None) -> dict | None:
@@ -121,7 +129,7 @@ def render_training_record(record: dict, licence: str, source: str | None) -> st
     return ("### Training data, rewards and settings\n\n"
             f"- Method: `{record['method']}`\n"
             f"- Weights: {adapter_line}\n"
-            f"- Dataset: {record['dataset'] or 'not recorded'}\n"
+            f"- Dataset: {record['dataset'] or _UNNAMED_DATASET}\n"
             f"- Reward functions: {rewards}\n"
             f"- Judge model: {'`' + record['judge_model'] + '`' if record['judge_model'] else 'none (no LLM judge)'}\n"
             f"- Licence: {licence_line}\n"
