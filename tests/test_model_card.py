@@ -181,3 +181,12 @@ def test_a_dataset_read_from_a_local_file_is_not_called_by_its_file_format(tmp_p
     path = tmp_path / "mine.jsonl"
     path.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
     assert describe_dataset(load_dataset("json", data_files=str(path), split="train")) is None
+
+
+def test_a_python_run_writes_its_training_curves_like_the_cli(tmp_path):
+    """Issue 44: only `ppm-trl train` drew `training_curves.png`; a Python run's final save draws it too."""
+    trainer = _tiny_trainer("ppm", tmp_path / "out")
+    trainer.args.logging_steps = 1
+    trainer.train()
+    trainer.save_model()
+    assert (tmp_path / "out" / "training_curves.png").read_bytes()[:4] == b"\x89PNG"

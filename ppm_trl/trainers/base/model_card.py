@@ -147,6 +147,10 @@ class ModelCardWriter:
         if not _internal_call and self.is_world_process_zero():
             output_dir = output_dir or self.args.output_dir
             self.create_model_card(model_name=Path(output_dir).name)
+            # The run's picture beside the model, from Python as from `ppm-trl train` (skipped without matplotlib).
+            from ...plots import save_training_curves
+
+            save_training_curves(self.state.log_history, output_dir, Path(output_dir).name)
             card = os.path.join(self.args.output_dir, "README.md")
             if os.path.abspath(output_dir) != os.path.abspath(self.args.output_dir):
                 shutil.copyfile(card, os.path.join(output_dir, "README.md"))
