@@ -73,6 +73,14 @@ def nothing_learned(history: list[dict], args) -> str | None:
     return "; ".join(reasons) or None
 
 
+def nothing_learned_this_run(trainer) -> str | None:
+    """`nothing_learned` over the steps this invocation trained: a resumed run is judged on its own steps (a run
+    resumed at max_steps trained none, and says nothing)."""
+    start = getattr(trainer, "first_step_of_this_run", 0)
+    return nothing_learned([entry for entry in trainer.state.log_history if entry.get("step", 0) > start],
+                           trainer.args)
+
+
 def training_summary(trainer, result, method: str) -> dict:
     """What a run prints when done: steps, loss, the absolute output dir, per-step wall time (TRL's `step_time`), the
     mean of the method's metrics, peak GPU memory (and ARG's guidance totals). `result`: what `train` returned, or

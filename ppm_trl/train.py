@@ -29,7 +29,7 @@ from .flags import (
 from .methods import METHODS, REWARDS, get_method  # the registries (no TRL import)
 from .plots import save_training_curves
 from .quiet import quiet_third_party
-from .report import nothing_learned, training_summary
+from .report import nothing_learned_this_run, training_summary
 from .reward_sources import TRL_REWARDS, load_reward
 
 
@@ -379,7 +379,7 @@ def report_done(prefix: str, summary: dict, trainer, script_args) -> None:
     for reason in stopped_early(trainer):
         print(f"{prefix}: stopped early (exit status {JUDGE_BUDGET_EXIT_CODE}): {in_flag_spelling(reason)}",
               file=sys.stderr)
-    problem = nothing_learned(trainer.state.log_history, trainer.args)
+    problem = nothing_learned_this_run(trainer)
     if problem:
         print(f"{prefix}: warning: nothing was learned: {in_flag_spelling(problem)}", file=sys.stderr)
     print(f"{prefix}: evaluate with: {eval_command(summary['output_dir'], script_args)}", file=sys.stderr, flush=True)

@@ -192,3 +192,25 @@ def test_sigterm_ends_with_a_complete_checkpoint_and_last_resumes_it(tmp_path, w
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from checkpoint-2 (the newest)" in resumed.stderr
     assert "steps trained: 2" in resumed.stdout  # steps 3 and 4
+
+
+def test_a_resumed_run_is_judged_on_the_steps_it_trained(two_steps, tmp_path, capsys):
+    """Issue 44: "nothing was learned" printed on resume — judged on the whole history, not this invocation's
+    steps. Resumed at max_steps it trained none and says nothing; resumed one step further it is judged on that."""
+    from ppm_trl.report import nothing_learned_this_run
+
+    run = _copy(two_steps, tmp_path)
+    finished, _ = _trainer(run, max_steps=2)
+    finished.train(resume_from_checkpoint="last")
+    assert finished.first_step_of_this_run == 2 and nothing_learned_this_run(finished) is None
+    assert "zero advantage" in (nothing_learned_this_run(_whole_history(finished)) or "")  # the old rule warned
+    longer, _ = _trainer(run, max_steps=3)
+    longer.train(resume_from_checkpoint="last")
+    assert longer.first_step_of_this_run == 2  # step 3 alone is judged: it filtered every group, so it warns
+    assert "every group had zero advantage" in nothing_learned_this_run(longer)
+
+
+def _whole_history(trainer):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(state=trainer.state, args=trainer.args, first_step_of_this_run=0)

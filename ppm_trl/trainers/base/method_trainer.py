@@ -41,12 +41,12 @@ class RunReport(TrainerCallback):
         if trainer._sigterm_received or not state.is_world_process_zero:  # a stop says so itself
             return
         from ...methods import method_of_trainer
-        from ...report import nothing_learned, training_summary
+        from ...report import nothing_learned_this_run, training_summary
 
         method = method_of_trainer(type(trainer))
         summary = training_summary(trainer, None, method.name if method else type(trainer).__name__)
         print("ppm_trl: done " + json.dumps(summary), flush=True)
-        problem = nothing_learned(state.log_history, args)
+        problem = nothing_learned_this_run(trainer)
         if problem:
             print(f"ppm_trl: warning: nothing was learned: {problem}", file=sys.stderr, flush=True)
 

@@ -65,6 +65,9 @@ class Preemption:
         checkpoint, message = resolve_resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
         if message and self.accelerator.is_main_process:
             print(f"ppm_trl: {message}", file=sys.stderr, flush=True)
+        # The step this invocation starts from: what it learned is judged on the steps after it (`nothing_learned`).
+        self.first_step_of_this_run = 0 if checkpoint is None else \
+            TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE)).global_step
         if checkpoint is not None and reached_max_steps(checkpoint, self.args):
             self._load_from_checkpoint(checkpoint)
             self.state = TrainerState.load_from_json(os.path.join(checkpoint, TRAINER_STATE))
