@@ -379,3 +379,24 @@ def test_a_resumed_prepare_matches_records_to_rows_by_content_not_by_index(tmp_p
         assert row["reasoning_points"][-1].endswith(f"\\boxed{{{row['answer']}}}.")
     assert prepared["answer"] == ["5", "5", "14"]
     assert any("Add seven." in point for point in prepared[2]["reasoning_points"])
+
+
+def test_push_to_hub_writes_a_dataset_card(dataset_dir, tmp_path, monkeypatch):
+    """Issue 43 item 3: `prepare --push-to-hub` uploaded a dataset without a card (source, judge, rows left out)."""
+    import datasets
+    from huggingface_hub import DatasetCard
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy-key")
+    pushed = {}
+    monkeypatch.setattr(datasets.Dataset, "push_to_hub", lambda self, repo, **kw: pushed.update(rows=len(self)))
+    monkeypatch.setattr(DatasetCard, "push_to_hub", lambda self, repo, **kw: pushed.update(card=str(self), repo=repo))
+    monkeypatch.chdir(tmp_path)
+    with JudgeServer() as server:
+        main(["--dataset", str(dataset_dir), "--reference-column", "solution", "--answer-column", "answer",
+              "--judge-model", "openai/scripted-judge", "--api-base", server.api_base, "--push-to-hub",
+              "someone/prepared", "--num-retries", "0", "--no-progress", "--drop-invalid"])
+    card = pushed["card"]
+    assert pushed["repo"] == "someone/prepared" and pushed["rows"] == 2
+    assert f"Source: `{dataset_dir}`" in card and "Judge model: `openai/scripted-judge`" in card
+    assert "Rows: 2 of 3 kept; left out 1 (1 with an unreadable judge answer)" in card
+    assert "judge prompts sha256 `" in card

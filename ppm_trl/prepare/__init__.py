@@ -35,6 +35,7 @@ An input column `prompt`/`answer`/`reference` whose values differ is replaced, i
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -346,7 +347,7 @@ def run_prepare(args: argparse.Namespace):
     done, _ = matching_progress(read_progress(progress_path, meta), fingerprints)
     if budget_spent is not None:
         if done:
-            _write_prepared(args, dataset, rows, prompts, references, answers, done)
+            _write_prepared(args, dataset, rows, prompts, references, answers, done, failures)
         raise budget_spent
     if never:
         print(f"prepare: leaving out {len(never)} row(s) that can never be prepared as they are ({_summary(never)}): "
@@ -360,10 +361,31 @@ def run_prepare(args: argparse.Namespace):
     if retry:
         print(f"prepare: leaving out {len(retry)} row(s) the judge could not prepare ({_summary(retry)}; "
               f"--drop-invalid; listed in {failures_path})")
-    return _write_prepared(args, dataset, rows, prompts, references, answers, done)
+    return _write_prepared(args, dataset, rows, prompts, references, answers, done, failures)
 
 
-def _write_prepared(args: argparse.Namespace, dataset, rows, prompts, references, answers, done):
+def dataset_card(args: argparse.Namespace, kept: int, total: int, failures: dict[int, dict[str, Any]]) -> str:
+    """The README a pushed dataset gets: where it came from, how it was judged, what was left out and why."""
+    from importlib import resources
+
+    prompts = sorted(p for p in resources.files("ppm_trl.judge").joinpath("prompts").iterdir() if p.name.endswith(".txt"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in prompts)).hexdigest()[:12]
+    reasons = _summary(failures) if failures else "none"
+    return "\n".join([
+        "---", "tags:", "- ppm-trl", "- reasoning-points", "---", "",
+        f"# {args.push_to_hub}", "",
+        f"Reasoning points and obsoletion graphs for `{args.dataset}` (split `{args.split}`"
+        + (f", config `{args.config_name}`" if args.config_name else "") + "), written by `ppm-trl prepare` for PPM's "
+        "progress rewards (arXiv:2610.11128).", "",
+        f"- Source: `{args.dataset}`; problem column `{args.problem_column}`, reference column "
+        f"`{args.reference_column}`, answer column `{args.answer_column or '(from the reference)'}`",
+        f"- Judge model: `{args.judge_model}`; judge prompts sha256 `{digest}` (ppm_trl/judge/prompts/)",
+        f"- Rows: {kept} of {total} kept; left out {total - kept} ({reasons})",
+        "- Columns written: `prompt`, `answer`, `reference`, `reasoning_points`, `reasoning_graph` (an input column of "
+        "those names is kept as `original_<name>`)", ""])
+
+
+def _write_prepared(args: argparse.Namespace, dataset, rows, prompts, references, answers, done, failures=None):
     """Save (or push) the input rows prepared so far, with the written columns; returns that dataset."""
     from datasets import List, Value
 
@@ -397,8 +419,11 @@ def _write_prepared(args: argparse.Namespace, dataset, rows, prompts, references
     graph_feature = List({"if_all": List(Value("int64")), "makes_obsolete": List(Value("int64"))})
     prepared = prepared.add_column("reasoning_graph", [done[i]["reasoning_graph"] for i in keep], feature=graph_feature)
     if args.push_to_hub:
+        from huggingface_hub import DatasetCard
+
         prepared.push_to_hub(args.push_to_hub, private=args.private, split=args.split)
-        print(f"prepare: pushed {len(prepared)} rows to the Hub dataset {args.push_to_hub}")
+        DatasetCard(dataset_card(args, len(prepared), len(rows), failures or {})).push_to_hub(args.push_to_hub)
+        print(f"prepare: pushed {len(prepared)} rows and a dataset card to the Hub dataset {args.push_to_hub}")
     else:
         prepared.save_to_disk(args.out)
         print(f"prepare: wrote {len(prepared)} rows to {args.out}")
