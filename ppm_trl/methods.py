@@ -8,7 +8,8 @@ own), the demo, the model cards and `ppm_trl`'s exports all read `METHODS` and `
 * every method folder of ppm_trl — a subpackage `ppm_trl/<name>/` holding a `<name>_trainer.py`, as TRL's
   `trl/experimental/<name>/` — imported here, so that its `__init__` registers its method. A new method is one new
   folder (docs/design.md, "Adding a method"); nothing else changes;
-* the composed methods (`ppm+arg`, `papo+arg`: `ppm_trl/composed.py`), which join registered methods.
+* the composed methods (`ppm+arg`, `papo+arg`: `ppm_trl/composed.py`), which join registered methods;
+* the methods other installed packages declare under the entry-point group `ppm_trl.methods`.
 
 Classes and functions are named "module:attribute" and imported on first use: reading the tables (e.g. to list the
 methods in `--help`) does not import TRL, and a method folder's `__init__` imports nothing heavy.
@@ -81,3 +82,30 @@ register_method(Method("ppm+arg", "ppm_trl.composed:PPMARGConfig", "ppm_trl.comp
 register_method(Method("papo+arg", "ppm_trl.composed:PAPOARGConfig", "ppm_trl.composed:PAPOARGTrainer",
                        summary="ARG's guidance for all-failure groups, then PAPO's decoupled advantages",
                        parts=("papo", "arg")))
+
+
+# ------------------------------------------------------------------------------------ methods of other packages
+ENTRY_POINT_GROUP = "ppm_trl.methods"
+
+
+def load_entry_point_methods(group: str = ENTRY_POINT_GROUP) -> list[str]:
+    """Methods of other installed packages, as verl loads external estimators: each entry point of `group` names a
+    module (imported: its import registers its method with `register_method`) or a callable (called, to register).
+    One that fails to load is a warning naming it, never a broken `ppm-trl`. Returns the names that loaded."""
+    import warnings
+    from importlib.metadata import entry_points
+
+    loaded = []
+    for point in entry_points(group=group):
+        try:
+            target = point.load()
+            if callable(target):
+                target()
+            loaded.append(point.name)
+        except Exception as error:  # noqa: BLE001 - another package's code: say which, keep ppm-trl working
+            warnings.warn(f"ppm_trl: the method entry point {point.name!r} ({point.value}) did not load: "
+                          f"{type(error).__name__}: {error}", stacklevel=2)
+    return loaded
+
+
+load_entry_point_methods()
