@@ -37,7 +37,7 @@ from common import RESULTS
 from evidence_arg import arg_part
 from evidence_papo import papo_part
 from evidence_ppm import ppm_part, ppm_robust_part
-from evidence_protocol import PENDING, _run_job  # noqa: F401  (_run_job: evidence_rerun's entry, pickled by name)
+from evidence_protocol import PENDING
 
 from ppm_trl.demo.kernels import pin_kernels
 
