@@ -72,8 +72,9 @@ def run(args, model_path: str, variant: str, n: int, lr: float, seed: int, eval_
               f"({time.time() - started:.0f}s)", flush=True)
         return result
 
-    result, asked = cached_run(path, compute), asdict(spec)
-    stale = {k: (v, asked.get(k)) for k, v in result["spec"].items() if asked.get(k) != v}
+    result = cached_run(path, compute)
+    stored, asked = (json.loads(json.dumps(s)) for s in (result["spec"], asdict(spec)))  # compared as JSON stores them
+    stale = {k: (v, asked.get(k)) for k, v in stored.items() if asked.get(k) != v}
     if stale:  # e.g. the same run name with another --steps or --eval-every
         raise ValueError(f"cached run {path} was made with other settings (cached, asked): {stale}; delete it or "
                          f"use another --output-dir")

@@ -77,7 +77,8 @@ def nothing_learned_this_run(trainer) -> str | None:
     """`nothing_learned` over the steps this invocation trained: a resumed run is judged on its own steps (a run
     resumed at max_steps trained none, and says nothing)."""
     start = getattr(trainer, "first_step_of_this_run", 0)
-    return nothing_learned([entry for entry in trainer.state.log_history if entry.get("step", 0) > start],
+    history = trainer.state.log_history
+    return nothing_learned(history if not start else [entry for entry in history if entry.get("step", 0) > start],
                            trainer.args)
 
 

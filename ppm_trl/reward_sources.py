@@ -16,30 +16,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .flags import UsageError
-from .registry import REWARDS
+from .registry import REWARDS, Reward
 
 
 @dataclass(frozen=True)
 class TRLReward:
-    """One of the names `trl grpo --reward_funcs` accepts: `trl.rewards.<attribute>` (called with `kwargs` when it is
-    a factory), and the dataset columns it reads."""
+    """One of the names `trl grpo --reward_funcs` accepts: TRL's reward function ("module:attribute", imported on
+    first use, as the registry names TRL's trainer), called with `kwargs` when it is a factory, and the dataset
+    columns it reads."""
 
-    attribute: str
+    function: str
     columns: tuple[str, ...] = ()
     kwargs: tuple[tuple[str, int], ...] | None = None  # a factory's arguments, as TRL's script passes them
 
     def load(self) -> Callable:
-        import trl.rewards
-
-        function = getattr(trl.rewards, self.attribute)
+        function = Reward(self.function, self.function).load()
         return function(**dict(self.kwargs)) if self.kwargs is not None else function
 
 
 TRL_REWARDS = {
-    "accuracy_reward": TRLReward("accuracy_reward", ("solution",)),
-    "reasoning_accuracy_reward": TRLReward("reasoning_accuracy_reward", ("solution",)),
-    "think_format_reward": TRLReward("think_format_reward"),
-    "get_soft_overlong_punishment": TRLReward("get_soft_overlong_punishment", (),
+    "accuracy_reward": TRLReward("trl.rewards:accuracy_reward", ("solution",)),
+    "reasoning_accuracy_reward": TRLReward("trl.rewards:reasoning_accuracy_reward", ("solution",)),
+    "think_format_reward": TRLReward("trl.rewards:think_format_reward"),
+    "get_soft_overlong_punishment": TRLReward("trl.rewards:get_soft_overlong_punishment", (),
                                               (("max_completion_len", 1280), ("soft_punish_cache", 256))),
 }
 

@@ -248,7 +248,9 @@ def test_readme_estimate_command_runs_as_written(monkeypatch, capsys):
 
     from test_readme import readme_block
 
-    argv = shlex.split(readme_block("Command line", "bash", index=1).splitlines()[0])
+    block = next(readme_block("Command line", "bash", index=i) for i in range(1, 4)
+                 if readme_block("Command line", "bash", index=i).startswith("ppm-trl estimate"))
+    argv = shlex.split(block.splitlines()[0])
     assert argv[:2] == ["ppm-trl", "estimate"]
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     cli.main(argv[1:])

@@ -131,7 +131,9 @@ def test_run_private_patterns_follow_the_configured_cache():
         return run_private_patterns(SimpleNamespace(output_dir="/runs/out", judge_cache_dir=cache))
 
     assert patterns(None)[:4] == ["judge_cache/", "*/judge_cache/", "quarantine.jsonl", "*/quarantine.jsonl"]
-    assert {"prepare_progress.jsonl", "*/prepare_failures.jsonl"} <= set(patterns(None))
+    from ppm_trl.data import FAILURES_FILE, PROGRESS_FILE
+
+    assert {PROGRESS_FILE, f"*/{FAILURES_FILE}"} <= set(patterns(None))  # prepare's own file names
     assert patterns("none") == patterns(None) == patterns("/elsewhere/cache") == patterns("/runs/out2/cache")
     assert patterns("/runs/out/a/b")[-1] == "a/b/"
     assert patterns("/runs/out/cache[v2]")[-1] == "cache[[]v2]/"  # a name, not a character class

@@ -13,7 +13,6 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...data import FAILURES_FILE, PROGRESS_FILE
 from ...judge.quarantine import QUARANTINE_FILE
 from ...judge.settings import judge_cache_dir
 from .run_lock import HOLDER_FILE, LOCK_FILE
@@ -28,7 +27,7 @@ RUN_PRIVATE_FILES = (
     "judge_cache/",  # the default judge_cache_dir: every judge answer, and the api_base it came from
     QUARANTINE_FILE,  # dataset text of the rows the judge could not score
     "initial_tiny_model*/",  # `model="tiny"`: the untrained starting weights, not the trained model
-    PROGRESS_FILE, FAILURES_FILE,  # prepare's judged rows and the rows it left out, with their text
+    "prepare_progress.jsonl", "prepare_failures.jsonl",  # prepare's judged rows and the rows it left out (data.py)
     LOCK_FILE, HOLDER_FILE,  # the live run's lock and its pid and host (`run_lock`)
 )
 # The judge cache's own layout (ppm_trl/judge/cache.py, claims.py), for a judge_cache_dir that is output_dir itself.
