@@ -46,6 +46,9 @@ def estimate_prepare(argv: list[str],
     parser = add_estimate_arguments(prep.prepare_parser("ppm-trl estimate prepare", description), training=False)
     options = parser.parse_args(prep.normalize_flags(argv, parser))
     check_options(options)
+    if options.points_column is not None:
+        raise ValueError("--points-column: `prepare` reads the points the dataset already has and calls no judge, so "
+                         "it costs no requests; estimate `train` instead")
     settings = prep.judge_settings(options)
     dataset = prep.load_rows(options)
     prep.check_columns(dataset, options)

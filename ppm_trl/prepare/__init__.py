@@ -15,6 +15,8 @@ true for a judge failure that a rerun may not repeat (a request that failed afte
 not be read). Rows of the first kind are always left out; rows of the second kind make `prepare` exit 1 without
 writing the dataset (rerun the same command to retry only them) unless `--drop-invalid` writes it without them.
 A spent judge budget (`--max-cost-usd`, `--max-total-tokens`) writes the rows prepared so far and exits 3.
+A dataset that already has points and graphs (the PPM paper's Polaris data) is read with `--points-column` /
+`--graph-column` instead, with no judge call (`given_points.py`; README "Recipes").
 
 The result trains as-is with `ppm-trl train --method ppm|papo|arg`: the input columns plus
   prompt            [{"role": "user", "content": <problem>}] (a conversational problem cell is kept as it is)
@@ -35,7 +37,6 @@ An input column `prompt`/`answer`/`reference` whose values differ is replaced, i
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -57,7 +58,6 @@ from ppm_trl.data import FAILURES_FILE, PROGRESS_FILE, load_data
 from ppm_trl.flags import JUDGE_BUDGET_EXIT_CODE, dashed_flags
 from ppm_trl.judge.arguments import (
     PREPARE_ALIASES,
-    REQUIRED,
     TRAINING_ONLY,
     JudgeArguments,
     add_judge_arguments,
@@ -66,6 +66,8 @@ from ppm_trl.judge.arguments import (
 )
 from ppm_trl.judge.settings import judge_cache_dir as _cache_rule
 from ppm_trl.judge.tasks import REQUEST_ERROR
+from ppm_trl.prepare.given_points import BAD_GIVEN_POINTS, given_points_settings, read_given_points
+from ppm_trl.prepare.hub_card import dataset_card
 from ppm_trl.prepare.judging import (  # noqa: F401  (importable from here as before)
     SIGNAL_POLL_SECONDS,
     PrepareBudgetSpent,
@@ -84,9 +86,9 @@ INVALID_ROW = "invalid_row"  # an empty problem or reference, a chat without a u
 _REFUSED_BY_JUDGE = re.compile(r"\(HTTP 4\d\d\)")
 WRITTEN_COLUMNS = ("prompt", "answer", "reference")
 # `prepare`'s own defaults and help for some judge flags (the rest are the training fields'; see `add_judge_arguments`).
-JUDGE_DEFAULTS = {"judge_model": REQUIRED, "judge_timeout": 120.0}
+JUDGE_DEFAULTS = {"judge_model": None, "judge_timeout": 120.0}  # required unless --points-column (run_prepare)
 JUDGE_HELP = {
-    "judge_model": "LiteLLM model string, e.g. gemini/gemini-2.5-flash-lite.",
+    "judge_model": "LiteLLM model string, e.g. gemini/gemini-2.5-flash-lite (required unless --points-column).",
     "judge_api_base": "Server URL for self-hosted judges (vLLM, SGLang).",
     "judge_max_concurrency": "Judge requests in flight at once.",
     "judge_timeout": "Seconds per judge attempt.",
@@ -115,6 +117,14 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentP
                       help="Column with the gold final answer (default: extracted from the reference solution: its "
                            "last \\boxed{}, else a GSM8K '#### ' line).")
     data.add_argument("--limit", type=int, default=None, help="Prepare only the first N rows.")
+    data.add_argument("--points-column", default=None,
+                      help="Column with reasoning points the dataset already has (a list of strings, or numbered "
+                           "lines '1. ...'): read instead of asking the judge, no judge call (the PPM paper's "
+                           "Polaris data: rubric). A final-answer point is appended where the last one does not "
+                           "state the gold answer.")
+    data.add_argument("--graph-column", default=None,
+                      help="With --points-column: column with the obsoletion graph (records, or pairs such as "
+                           "'[([2], [1])]'; the Polaris data: makes_obsolete_dense). Default: no rules.")
     add_judge_arguments(parser.add_argument_group("judge"), PREPARE_ALIASES, JUDGE_DEFAULTS, JUDGE_HELP, TRAINING_ONLY)
     output = parser.add_argument_group("output")
     target = output.add_mutually_exclusive_group(required=True)
@@ -149,6 +159,12 @@ def load_rows(args: argparse.Namespace):
 
 def judge_settings(args: argparse.Namespace) -> JudgeArguments:
     """The judge settings of the parsed flags, checked: a ValueError names the flag (`--timeout must be > 0`)."""
+    if args.graph_column is not None:
+        raise ValueError("--graph-column needs --points-column: the graph's item numbers refer to those points")
+    if args.judge_model is None:
+        raise ValueError("--judge-model is required: the LiteLLM model that writes the reasoning points and graphs "
+                         "(e.g. gemini/gemini-2.5-flash-lite), unless the dataset already has them: --points-column "
+                         "COLUMN [--graph-column COLUMN]")
     try:
         return judge_arguments(args)
     except ValueError as error:
@@ -158,7 +174,9 @@ def judge_settings(args: argparse.Namespace) -> JudgeArguments:
 def check_columns(dataset, args: argparse.Namespace) -> None:
     check_named_columns(dataset.column_names, [("--reference-column", args.reference_column),
                                                ("--problem-column", args.problem_column),
-                                               ("--answer-column", args.answer_column)], args.dataset)
+                                               ("--answer-column", args.answer_column),
+                                               ("--points-column", args.points_column),
+                                               ("--graph-column", args.graph_column)], args.dataset)
 
 
 def work_dir_of(args: argparse.Namespace) -> str:
@@ -236,6 +254,7 @@ def describe_answers(sources: list[str], args: argparse.Namespace) -> str:
 def _summary(failures: dict[int, dict[str, str]]) -> str:
     kinds = {NO_ANSWER: "without a final answer (no judge call)",
              INVALID_ROW: "with an empty problem or reference, or a chat without a user turn or an assistant reply",
+             BAD_GIVEN_POINTS: "whose given points or graph cannot be read",
              REQUEST_ERROR: "with a judge request error", "unreadable": "with an unreadable judge answer"}
     counts = [f"{sum(f['kind'] == kind for f in failures.values())} {label}" for kind, label in kinds.items()
               if any(f["kind"] == kind for f in failures.values())]
@@ -246,7 +265,7 @@ def run_prepare(args: argparse.Namespace):
     """Prepare the dataset; returns the `datasets.Dataset` that was written."""
     from tqdm.auto import tqdm
 
-    settings = judge_settings(args)  # checked before any data is read
+    settings = given_points_settings(args) if args.points_column else judge_settings(args)  # before any data is read
     dataset = load_rows(args)
     check_columns(dataset, args)
     work_dir = work_dir_of(args)
@@ -255,7 +274,7 @@ def run_prepare(args: argparse.Namespace):
             "reference_column": args.reference_column, "problem_column": args.problem_column,
             "answer_column": args.answer_column, "judge_model": args.judge_model}
     progress_path = os.path.join(work_dir, PROGRESS_FILE)
-    records = read_progress(progress_path, meta)  # checks the settings before any row is read
+    records = [] if settings is None else read_progress(progress_path, meta)  # checks the settings before any row
     rows = dataset.to_list()
     solution_column = args.answer_column is not None and (
         args.answer_column == args.reference_column or is_solution_column(dataset[args.answer_column]))
@@ -307,6 +326,13 @@ def run_prepare(args: argparse.Namespace):
                              f"{column!r} and keeps an input one as 'original_{column}'; rename or drop one of them")
     jobs = [(index, problems[index], references[index], answers[index])
             for index in range(len(rows)) if index not in done and index not in failures]
+    if settings is None:
+        done = read_given_points(args, rows, jobs, failures)
+        failures_path = write_failures(work_dir, failures)
+        if failures:
+            print(f"prepare: leaving out {len(failures)} row(s) that can never be prepared as they are "
+                  f"({_summary(failures)}): fix them in {args.dataset} to include them; listed in {failures_path}")
+        return _write_prepared(args, dataset, rows, prompts, references, answers, done, failures)
     print(f"prepare: {len(rows)} rows, {len(done)} already done in {progress_path}, {len(jobs)} to prepare")
     duplicates = len(jobs) - len(duplicate_groups(jobs))
     if duplicates:
@@ -335,13 +361,7 @@ def run_prepare(args: argparse.Namespace):
           f"failures {stats['failures']:g}, tokens {stats['prompt_tokens']:g}+{stats['completion_tokens']:g}, "
           f"cost ${stats['cost']:.4f}" + (f" ({stats['cost_unknown']:g} answers unpriced)" if stats["cost_unknown"] else ""))
 
-    for failure in failures.values():
-        failure["retry"] = failure["kind"] not in (NO_ANSWER, INVALID_ROW) and not (
-            failure["kind"] == REQUEST_ERROR and _REFUSED_BY_JUDGE.search(failure["reason"]))
-    failures_path = os.path.join(work_dir, FAILURES_FILE)
-    with open(failures_path, "w", encoding="utf-8") as handle:
-        for index in sorted(failures):
-            handle.write(json.dumps({"index": index, **failures[index]}, ensure_ascii=False) + "\n")
+    failures_path = write_failures(work_dir, failures)
     never = {index: failure for index, failure in failures.items() if not failure["retry"]}
     retry = {index: failure for index, failure in failures.items() if failure["retry"]}
     done, _ = matching_progress(read_progress(progress_path, meta), fingerprints)
@@ -364,25 +384,16 @@ def run_prepare(args: argparse.Namespace):
     return _write_prepared(args, dataset, rows, prompts, references, answers, done, failures)
 
 
-def dataset_card(args: argparse.Namespace, kept: int, total: int, failures: dict[int, dict[str, Any]]) -> str:
-    """The README a pushed dataset gets: where it came from, how it was judged, what was left out and why."""
-    from importlib import resources
-
-    prompts = sorted(p for p in resources.files("ppm_trl.judge").joinpath("prompts").iterdir() if p.name.endswith(".txt"))
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in prompts)).hexdigest()[:12]
-    reasons = _summary(failures) if failures else "none"
-    return "\n".join([
-        "---", "tags:", "- ppm-trl", "- reasoning-points", "---", "",
-        f"# {args.push_to_hub}", "",
-        f"Reasoning points and obsoletion graphs for `{args.dataset}` (split `{args.split}`"
-        + (f", config `{args.config_name}`" if args.config_name else "") + "), written by `ppm-trl prepare` for PPM's "
-        "progress rewards (arXiv:2610.11128).", "",
-        f"- Source: `{args.dataset}`; problem column `{args.problem_column}`, reference column "
-        f"`{args.reference_column}`, answer column `{args.answer_column or '(from the reference)'}`",
-        f"- Judge model: `{args.judge_model}`; judge prompts sha256 `{digest}` (ppm_trl/judge/prompts/)",
-        f"- Rows: {kept} of {total} kept; left out {total - kept} ({reasons})",
-        "- Columns written: `prompt`, `answer`, `reference`, `reasoning_points`, `reasoning_graph` (an input column of "
-        "those names is kept as `original_<name>`)", ""])
+def write_failures(work_dir: str, failures: dict[int, dict[str, Any]]) -> str:
+    """Mark each failure retryable or not and write them all to the failures file; returns its path."""
+    for failure in failures.values():
+        failure["retry"] = failure["kind"] not in (NO_ANSWER, INVALID_ROW, BAD_GIVEN_POINTS) and not (
+            failure["kind"] == REQUEST_ERROR and _REFUSED_BY_JUDGE.search(failure["reason"]))
+    failures_path = os.path.join(work_dir, FAILURES_FILE)
+    with open(failures_path, "w", encoding="utf-8") as handle:
+        for index in sorted(failures):
+            handle.write(json.dumps({"index": index, **failures[index]}, ensure_ascii=False) + "\n")
+    return failures_path
 
 
 def _write_prepared(args: argparse.Namespace, dataset, rows, prompts, references, answers, done, failures=None):
@@ -422,7 +433,8 @@ def _write_prepared(args: argparse.Namespace, dataset, rows, prompts, references
         from huggingface_hub import DatasetCard
 
         prepared.push_to_hub(args.push_to_hub, private=args.private, split=args.split)
-        DatasetCard(dataset_card(args, len(prepared), len(rows), failures or {})).push_to_hub(args.push_to_hub)
+        reasons = _summary(failures) if failures else "none"
+        DatasetCard(dataset_card(args, len(prepared), len(rows), reasons)).push_to_hub(args.push_to_hub)
         print(f"prepare: pushed {len(prepared)} rows and a dataset card to the Hub dataset {args.push_to_hub}")
     else:
         prepared.save_to_disk(args.out)
