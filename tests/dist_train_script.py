@@ -43,6 +43,7 @@ METHOD_SETTINGS = {
     "papo": (dict(learning_rate=1e-4), "process_scorer"),
     # G = 4: at most 2 of 4 rows replaced (paper: 4 of 8), 4 continuations per all-failure group.
     "arg": (dict(learning_rate=1e-4, arg_num_continuations=4, arg_max_accepted=2, arg_max_empty_prefix=2), None),
+    "verifree": (dict(learning_rate=1e-4), None),  # its likelihood forward runs on the (sharded) policy
 }
 METHODS = tuple(METHOD_SETTINGS)
 
@@ -206,6 +207,7 @@ REAL_RUN_SCORING = {
     "ppm": dict(scorer=distinct_bytes_progress),
     "papo": dict(scorer=distinct_bytes_process, reward=parity_outcome_reward),
     "arg": {},
+    "verifree": {},  # the likelihood of the reference answer separates rollouts the outcome does not
 }
 
 

@@ -21,6 +21,9 @@ PAPERS = {
     "arg": dict(name="ARG", tag="arg",
                 title="Balancing Reference Guidance and Free Generation in Trajectory Rollouts for Reasoning RL",
                 link=None),
+    # the PPM paper's baseline (App. B.1), citing the VeriFree paper it modifies
+    "verifree": dict(name="VeriFree", tag="verifree", title="Reinforcing General Reasoning without Verifiers",
+                     link=None),
 }
 METHODS = list(PAPERS)  # the expected cards, written out by hand; every registered method must have one:
 
