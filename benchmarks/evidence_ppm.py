@@ -57,7 +57,8 @@ from ppm_trl.demo.warmstart import WarmStartSettings
 # n = 8 (issue 40 item 2; the K = n arm stays at the hardest horizon, where it was diagnosed).
 LINES = "lines_answer"
 PPM_VARIANTS = ["sparse", "trajectory", LINES]
-PPM_HARDEST_ONLY = ["segment", "lines"]  # equal chunks, and one segment per line with K = n, at the hardest horizon
+# equal chunks, one segment per line with K = n, and the PPM paper's VeriFree baseline: at the hardest horizon only
+PPM_HARDEST_ONLY = ["segment", "lines", "verifree"]
 ROBUST_VARIANTS = ["sparse", LINES]
 LR_CHOICES = ("own", "shared")
 

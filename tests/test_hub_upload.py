@@ -4,7 +4,9 @@ the `api_base` they came from), `quarantine.jsonl` (dataset text) and the untrai
 
 The Hub is a recorder (nothing is sent): each upload's file list is what `HfApi.upload_folder` would take — every
 file under `folder_path`, filtered by huggingface_hub's own `filter_repo_objects` with the upload's
-`allow_patterns`, its `ignore_patterns` and huggingface_hub's `DEFAULT_IGNORE_PATTERNS`."""
+`allow_patterns`, its `ignore_patterns` and huggingface_hub's `DEFAULT_IGNORE_PATTERNS`. At the end, the same
+push through huggingface_hub's real client to a Hub on 127.0.0.1 (`tests/fake_hub.py`, issue 44 item 3): the files
+that arrive, the card and the weights as the Hub receives them, and a refused token as one line.""")
 
 from __future__ import annotations
 
@@ -192,3 +194,67 @@ def test_a_hub_that_cannot_be_reached_is_one_line_at_construction(tmp_path, monk
     message = str(error.value)
     assert message.startswith("push_to_hub: the Hub cannot create or reach the repo") and "\n" not in message
     assert "HF_TOKEN" in message and ("OfflineModeIsEnabled" in message or "PermissionError" in message)
+
+
+# -------------------------------------------------------------------------- the real client, a loopback Hub
+@pytest.fixture
+def loopback_hub(monkeypatch):
+    """huggingface_hub's own HfApi (through transformers' shared `hf_api()`), online, at a `FakeHub` on 127.0.0.1."""
+    import huggingface_hub.constants as hub_constants
+    import transformers.utils.hub as transformers_hub
+    from fake_hub import FakeHub
+
+    def start(refuse: int | None = None):
+        hub = FakeHub(refuse=refuse).__enter__()
+        started.append(hub)
+        monkeypatch.setattr(hub_constants, "ENDPOINT", hub.endpoint)
+        monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(transformers_hub, "_hf_api", None)  # its next HfApi reads the endpoint above
+        monkeypatch.setenv("HF_TOKEN", "hf_fake_token_for_the_loopback_hub")
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        return hub
+
+    started = []
+    yield start
+    for hub in started:
+        hub.__exit__(None, None, None)
+    transformers_hub._hf_api = None
+
+
+def test_push_to_hub_uploads_the_model_card_and_weights_to_a_hub_and_nothing_private(tmp_path, loopback_hub):
+    hub = loopback_hub()
+    out = tmp_path / "tiny-ppm"
+    trainer = _trainer(out)
+    script_generation(trainer, lambda prompt, index: "a:1+1=2\n\\boxed{a=2}")
+    trainer.train()
+    (out / "judge_cache" / "ab").mkdir(parents=True)
+    (out / "judge_cache" / "ab" / f"{KEY}.json").write_text('{"api_base": "http://10.0.0.1:8000/v1"}')
+    trainer.push_to_hub(dataset_name="multi_add")
+
+    assert hub.created == ["someone/tiny-ppm"]
+    files = hub.repos["someone/tiny-ppm"]
+    assert {"README.md", "model.safetensors", "config.json", "tokenizer.json", "training_args.bin"} <= set(files)
+    assert not [name for name in files if name.startswith(("judge_cache", "initial_tiny_model"))], sorted(files)
+    card = files["README.md"].decode()
+    assert "This model was trained with PPM-GRPO" in card and "ppm-trl" in card
+    assert card == (out / "README.md").read_text()  # the card on the Hub is the one saved beside the model
+    from safetensors.torch import load
+
+    weights = load(files["model.safetensors"])
+    trained = trainer.model.state_dict()
+    assert weights.keys() <= trained.keys() and all(
+        (weights[name] == trained[name].to(weights[name].dtype)).all() for name in weights)
+    assert hub.commits[-1]["header"]["summary"]  # a commit message, as Trainer writes it
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_hub_that_refuses_the_token_is_one_line_at_construction(tmp_path, loopback_hub, status):
+    from ppm_trl.trainers.base.hub import HubUnreachable
+
+    hub = loopback_hub(refuse=status)
+    with pytest.raises(HubUnreachable) as error:
+        _trainer(tmp_path / "out", push_to_hub=True)
+    message = str(error.value)
+    assert message.startswith("push_to_hub: the Hub cannot create or reach the repo") and "\n" not in message
+    assert "HF_TOKEN" in message and str(status) in message
+    assert hub.requests and hub.requests[0].startswith("POST /api/repos/create")
