@@ -6,7 +6,7 @@ The Hub is a recorder (nothing is sent): each upload's file list is what `HfApi.
 file under `folder_path`, filtered by huggingface_hub's own `filter_repo_objects` with the upload's
 `allow_patterns`, its `ignore_patterns` and huggingface_hub's `DEFAULT_IGNORE_PATTERNS`. At the end, the same
 push through huggingface_hub's real client to a Hub on 127.0.0.1 (`tests/fake_hub.py`, issue 44 item 3): the files
-that arrive, the card and the weights as the Hub receives them, and a refused token as one line.""")
+that arrive, the card and the weights as the Hub receives them, and a refused token as one line."""
 
 from __future__ import annotations
 
