@@ -426,3 +426,51 @@ def test_format_reward_weight_reaches_a_python_user(tmp_path):
     alone = ARGTrainer(model=model, processing_class=tokenizer, reward_funcs=[accuracy_reward],
                        args=_config(tmp_path / "d", reward_weights=None), train_dataset=_dataset())
     assert alone.outcome_reward_weights.tolist() == [1.0]
+
+
+@pytest.mark.parametrize("mode", ["reference_insertion", "resampling"])
+def test_inserted_rows_diagnostics_are_the_policys_own_log_probs(tmp_path, mode):
+    """Issue 40 item 4: per step, the share of the batch guidance replaced and the policy's mean log-prob of the
+    inserted rows' unsampled tokens (the reference) and sampled ones (a continuation), from an independent forward
+    of the starting weights (the step's forward runs before its update)."""
+    trainer = _trainer(tmp_path, arg_mode=mode)
+    tokenizer = trainer.processing_class
+    # The same starting weights, built again (a deepcopy of trainer.model would share TRL's patched LM head, which
+    # keeps reading the trained model's weights).
+    start, _ = build_tiny_model_and_tokenizer()
+    calls = script_generation(trainer, lambda prompt, index: "Try \\boxed{7}" if len(calls) == 2 and index < K
+                              else "no idea")
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    rows = _rows(outputs[0], tokenizer)
+    inserted = [(p, c) for p, c in rows if tokenizer.decode(c, skip_special_tokens=True) != "no idea"]
+    assert len(inserted) == 2  # reference insertion: one per group; resampling: 2 accepted in group 0, none in 1
+
+    def logps(prompt, completion):
+        with torch.no_grad():
+            logits = start(torch.tensor([prompt + completion])).logits[0].double()
+        table = torch.log_softmax(logits, dim=-1)
+        return [table[len(prompt) + j - 1, token].item() for j, token in enumerate(completion)]
+
+    tokens = [value for p, c in inserted for value in logps(p, c)]
+    metrics = trainer.state.log_history[0]
+    assert metrics["arg/replaced_share"] == pytest.approx(2 / 8)
+    if mode == "reference_insertion":  # every inserted token is the reference's: none was sampled
+        assert metrics["arg/inserted_unsampled_token_share"] == 1.0
+        assert metrics["arg/inserted_unsampled_logp"] == pytest.approx(sum(tokens) / len(tokens), abs=1e-4)
+        assert "arg/inserted_sampled_logp" not in metrics
+    else:  # empty prefixes: every inserted token was sampled
+        assert metrics["arg/inserted_unsampled_token_share"] == 0.0
+        assert metrics["arg/inserted_sampled_logp"] == pytest.approx(sum(tokens) / len(tokens), abs=1e-4)
+        assert "arg/inserted_unsampled_logp" not in metrics
+
+
+def test_inserted_row_statistics_split_each_row_at_its_prefix():
+    from ppm_trl.arg.guidance_step import inserted_row_metrics, inserted_row_statistics
+
+    totals = inserted_row_statistics([[-1.0, -2.0, -0.5, -0.5], [-3.0, -1.0]], [2, 2])  # prefix 2 of 4; a reference
+    assert totals == [-7.0, 4, -1.0, 2]
+    metrics = inserted_row_metrics(totals, inserted_rows=2, batch_rows=16)
+    assert metrics == {"arg/replaced_share": 0.125, "arg/inserted_unsampled_token_share": 4 / 6,
+                       "arg/inserted_unsampled_logp": -1.75, "arg/inserted_sampled_logp": -0.5}
+    assert inserted_row_metrics([0, 0, 0, 0], 0, 16) == {"arg/replaced_share": 0.0}

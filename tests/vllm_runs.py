@@ -220,7 +220,7 @@ def _spy(trainer, record):
 
         def recorded(groups, references, plans, continuations, rollout):
             before = [list(ids) for ids in rollout.completion_ids]
-            outcomes = accept_and_replace(groups, references, plans, continuations, rollout)  # one per group
+            outcomes, replacements = accept_and_replace(groups, references, plans, continuations, rollout)
             for row, ids in enumerate(rollout.completion_ids):
                 if list(ids) != before[row]:
                     index = next(i for i, g in enumerate(groups)
@@ -234,7 +234,7 @@ def _spy(trainer, record):
                         "prefix_len": accepted[0].prefix.prefix_len if accepted else None,
                         "fallback": not accepted,
                     })
-            return outcomes
+            return outcomes, replacements
 
         trainer._accept_and_replace = recorded
 

@@ -37,6 +37,8 @@ from .guidance_step import (
     GuidanceMode,
     VerifiedContinuation,
     guidance_metrics,
+    inserted_row_metrics,
+    inserted_row_statistics,
     plan_guided_group,
     resolve_group,
     scan_failures,
@@ -93,6 +95,7 @@ class Replacement:
 
     row: int
     trajectory: Trajectory
+    unsampled: int  # its first tokens the policy did not sample: the reference prefix, or the whole reference
 
 
 class ARGTrainer(MethodTrainer):
@@ -175,13 +178,14 @@ class ARGTrainer(MethodTrainer):
         rewards = self.outcome_rewards(rollout.rows, rollout.prompts, rollout.completions, rollout.completion_ids)
         scan = scan_failures(rewards[:, 0], self.num_generations, self.accelerator.process_index,
                              self.accelerator.num_processes)
-        outcomes = []
+        outcomes, replacements = [], []
         if scan.num_failed:  # the same on every rank: decided on the gathered rewards
             references = [rollout.rows[group.first_row].get("reference") for group in scan.groups]
             plans = self._plan(scan, references, rollout)
             continuations = (self._continue_and_verify(scan.groups, references, plans, rollout)
                              if self.guidance_mode.continues else [[] for _ in plans])
-            outcomes = self._accept_and_replace(scan.groups, references, plans, continuations, rollout)
+            outcomes, replacements = self._accept_and_replace(scan.groups, references, plans, continuations, rollout)
+        self._log_inserted_rows(rollout, replacements)
         # One collective per step: every process's outcomes, so the selector steps identically everywhere.
         outcomes = gather_object(outcomes)
         levels, feedback = selector_feedback(outcomes)
@@ -254,7 +258,8 @@ class ARGTrainer(MethodTrainer):
         return results
 
     def _accept_and_replace(self, groups: list[FailedGroup], references: list, plans: list[GroupPlan],
-                            continuations: list[list[GeneratedCandidate]], rollout: Rollout) -> list[GroupOutcome]:
+                            continuations: list[list[GeneratedCandidate]],
+                            rollout: Rollout) -> tuple[list[GroupOutcome], list[Replacement]]:
         """§4.3: accept candidates (else the reference once), each replacing a failure at a uniform position."""
         args, generator = self.args, self._replacement_generator()
         outcomes, replacements = [], []
@@ -271,11 +276,11 @@ class ARGTrainer(MethodTrainer):
                 reference_fits=len(reference_ids) <= args.max_completion_length,
             )
             outcomes.append(outcome)
-            chosen = [candidates[i].trajectory for i in outcome.accepted]
-            chosen += [Trajectory(reference_ids)] * outcome.fallback
+            chosen = [(candidates[i].trajectory, candidates[i].verified.prefix.prefix_len) for i in outcome.accepted]
+            chosen += [(Trajectory(reference_ids), len(reference_ids))] * outcome.fallback
             positions = choose_replacement_rows(self.num_generations, len(chosen), generator)
-            replacements += [Replacement(group.first_row + position, trajectory)
-                             for trajectory, position in zip(chosen, positions)]
+            replacements += [Replacement(group.first_row + position, trajectory, unsampled)
+                             for (trajectory, unsampled), position in zip(chosen, positions)]
         undecoded = [r for r in replacements if r.trajectory.completion is None]
         decoded = dict(zip([r.row for r in undecoded], self.decode_completions(
             [rollout.prompts[r.row] for r in undecoded], [rollout.prompt_ids[r.row] for r in undecoded],
@@ -286,7 +291,26 @@ class ARGTrainer(MethodTrainer):
             if rollout.logprobs is not None:  # continuation: vLLM's own; prefix / reference: None → NaN → IS ratio 1
                 rollout.logprobs[row] = (trajectory.logprobs if trajectory.logprobs is not None
                                          else [None] * len(trajectory.completion_ids))
-        return outcomes
+        return outcomes, replacements
+
+    def _log_inserted_rows(self, rollout: Rollout, replacements: list[Replacement]) -> None:
+        """`inserted_row_metrics` over every process: one no-grad forward of the inserted rows, padded with dummy rows
+        to the most a rank inserted (every rank runs the same forward chunks; ZeRO-3 gathers parameters in each)."""
+        device = self.accelerator.device
+        most = int(self.accelerator.reduce(torch.tensor(len(replacements), device=device), "max"))
+        totals = [0.0, 0.0, 0.0, 0.0]
+        if most:
+            padding = most - len(replacements)
+            logps = self.sequence_logprobs(
+                [rollout.prompt_ids[r.row] for r in replacements] + [rollout.prompt_ids[0]] * padding,
+                [r.trajectory.completion_ids for r in replacements] + [[self._eos_token_id()]] * padding)
+            totals = inserted_row_statistics([lp.tolist() for lp in logps[: len(replacements)]],
+                                             [r.unsampled for r in replacements])
+        local = torch.tensor([*totals, len(replacements), len(rollout.completion_ids)], dtype=torch.float64,
+                             device=device)
+        summed = self.accelerator.reduce(local, "sum").tolist()
+        for name, value in inserted_row_metrics(summed[:4], int(summed[4]), int(summed[5])).items():
+            self.log_metric(name, value)
 
     # ---------------------------------------------------------------------------------------------- pieces
     def _tokenize_reference(self, reference: str) -> ReferenceTokens:

@@ -287,3 +287,35 @@ def guidance_metrics(
         metrics[f"arg/selector_prob/alpha_{level:g}"] = prob
     metrics["arg/selector_baseline"] = selector.baseline
     return metrics
+
+
+def inserted_row_statistics(token_logps: Sequence[Sequence[float]], unsampled: Sequence[int]) -> list[float]:
+    """[Σ log π over unsampled tokens, their count, Σ log π over sampled tokens, their count] of the rows guidance
+    inserted: each row's first `unsampled[i]` tokens were not sampled by the policy (the reference prefix; the whole
+    reference for a fallback), the rest were (the continuation). Sums, so that processes add them up."""
+    totals = [0.0, 0.0, 0.0, 0.0]
+    for logps, cut in zip(token_logps, unsampled):
+        head, tail = list(logps)[:cut], list(logps)[cut:]
+        totals[0] += sum(head)
+        totals[1] += len(head)
+        totals[2] += sum(tail)
+        totals[3] += len(tail)
+    return totals
+
+
+def inserted_row_metrics(totals: Sequence[float], inserted_rows: int, batch_rows: int) -> dict[str, float]:
+    """The `arg/inserted_*` diagnostics of one step (issue 40 item 4) from the summed `inserted_row_statistics`: the
+    share of the batch guidance replaced, the share of the inserted rows' tokens the policy did not sample, and the
+    policy's mean log-probability of each kind (a rate without a denominator is absent, not 0). An unsampled token
+    has no sampling log-prob, so its vLLM importance weight is 1 by construction, and with `num_iterations=1` every
+    token's PPO ratio is 1 as well; what tells the two kinds apart is how unlikely the policy finds them, which
+    scales their gradient."""
+    unsampled_logp, unsampled, sampled_logp, sampled = totals
+    metrics = {"arg/replaced_share": inserted_rows / batch_rows if batch_rows else 0.0}
+    if unsampled + sampled:
+        metrics["arg/inserted_unsampled_token_share"] = unsampled / (unsampled + sampled)
+    if unsampled:
+        metrics["arg/inserted_unsampled_logp"] = unsampled_logp / unsampled
+    if sampled:
+        metrics["arg/inserted_sampled_logp"] = sampled_logp / sampled
+    return metrics
