@@ -43,7 +43,11 @@ HARD_ARMS = {"arg": "arg", "resampling": "paper_resampling", "grpo": "sparse"}
 # Per-step diagnostics read from the training logs (TRL's and ARG's), as (column, metric).
 DIAGNOSTICS = (("batch share replaced", "arg/inserted_rows"), ("entropy", "entropy"),
                ("clipped tokens", "clip_ratio/region_mean"), ("grad norm", "grad_norm"),
-               ("length", "completions/mean_length"), ("zero-std groups", "frac_reward_zero_std"))
+               ("length", "completions/mean_length"), ("zero-std groups", "frac_reward_zero_std"),
+               # the inserted rows' tokens the policy did not sample (prefix, fallback reference) and their log-probs
+               ("inserted: unsampled token share", "arg/inserted_unsampled_token_share"),
+               ("inserted: log π unsampled", "arg/inserted_unsampled_logp"),
+               ("inserted: log π sampled", "arg/inserted_sampled_logp"))
 DIAGNOSIS = None  # the cause found (issue 40 item 4), written here once the diagnosis is made from the runs
 
 

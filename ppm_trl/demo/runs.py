@@ -191,7 +191,7 @@ EVAL_PROCESS_SCORES = {"multi_add_boxed": {"shown_work": lambda row, text: shown
 
 
 def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history: list, train_logs: list,
-                   progress_bar, harder_eval_sets: dict | None = None):
+                   progress_bar, harder_eval_sets: dict | None = None, start_model=None):
     from transformers import TrainerCallback
 
     class SuccessCallback(TrainerCallback):
@@ -216,7 +216,7 @@ def _eval_callback(tokenizer, eval_dataset, budget: int, spec: RunSpec, history:
         keep = KEPT_COMPLETIONS if step == spec.max_steps else 0
         scores = EVAL_PROCESS_SCORES.get(eval_dataset[0]["env"])
         metrics = evaluate_policy(model, tokenizer, eval_dataset, budget, seed=1234, keep_completions=keep,
-                                  process_scores=scores)
+                                  process_scores=scores, start_model=start_model)
         greedy = evaluate_policy(model, tokenizer, eval_dataset, budget, temperature=0.0, keep_completions=keep)
         metrics.update({f"greedy_{key}": greedy[key] for key in ("all_correct", "per_subproblem", "completions")
                         if key in greedy})
@@ -272,8 +272,10 @@ def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str
     history: list[dict] = []
     train_logs: list[dict] = []
     bar = tqdm(total=spec.max_steps, desc=f"{spec.variant:>10} n={spec.n}", disable=not progress)
+    # KL(π ‖ π_start) at each evaluation (issue 40 item 4): the starting weights, loaded again, frozen
+    start_model, _ = load_policy(model_path)
     callback, record = _eval_callback(tokenizer, eval_dataset, budget, spec, history, train_logs, bar,
-                                      harder_eval_sets)
+                                      harder_eval_sets, start_model)
     record(model, 0)
     trainer = build_trainer(spec, model, tokenizer, train_dataset, output_dir, budget)
     trainer.remove_callback(PrinterCallback)  # the logs go into the result (train_logs), not onto the terminal

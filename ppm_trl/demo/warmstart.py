@@ -345,7 +345,7 @@ def completion_budget(env: str, n: int, slack: float = 1.3) -> int:
 
 def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature: float = 1.0, seed: int = 0,
                     batch_size: int = 128, keep_completions: int = 0,
-                    process_scores: dict | None = None) -> dict[str, float]:
+                    process_scores: dict | None = None, start_model=None) -> dict[str, float]:
     """Sampled success on `dataset` rows: `all_correct` (the env's verifier) and `per_subproblem` accuracy.
 
     `per_subproblem` is the mean fraction of points 1..n reached (goal excluded, no graph closure), the metric that
@@ -353,6 +353,8 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
     the solution errors sit), given when all rows have the same number of points. `completions` (with
     `keep_completions`): the first that many rows' completion, verdict and points reached, to read what was learned.
     `process_scores[name]`: `(row, text) -> float`, reported as the mean over the rows under `name`.
+    `start_model`: the policy training started from; `kl_to_start` is then KL(π ‖ π_start) per token on these
+    completions (`evaluation.mean_token_kl`).
     """
     from ..envs import get_env
 
@@ -371,6 +373,11 @@ def evaluate_policy(model, tokenizer, dataset, max_new_tokens: int, temperature:
     metrics = {"all_correct": sum(verdicts) / len(rows), "per_subproblem": sum(fractions) / len(rows), "num_prompts": len(rows)}
     for name, score in (process_scores or {}).items():
         metrics[name] = sum(score(row, text) for row, text in zip(rows, completions)) / len(rows)
+    if start_model is not None:
+        from ..evaluation import mean_token_kl
+
+        metrics["kl_to_start"] = mean_token_kl(model, start_model, tokenizer, [row["prompt"] for row in rows],
+                                               completions, batch_size=batch_size)
     sizes = {len(row["reasoning_points"]) - 1 for row in rows}
     if len(sizes) == 1:
         metrics["per_point"] = [sum(k in reached for reached in reached_sets) / len(rows) for k in range(1, sizes.pop() + 1)]
