@@ -144,6 +144,8 @@ def arm_report(results: list[dict], variant: str, rows_per_step: int) -> dict:
         **{key: [final(r, key) for r in results] for key in ("pass@1", "pass@8", "avg@8", "all_correct",
                                                                "greedy_all_correct")},
         "diagnostics_first_last_window": diagnostics,
+        # KL(π ‖ π_start) per token on the held-out samples of the last evaluation (None: a run from before it)
+        "kl_to_start": [r["history"][-1].get("kl_to_start") for r in results],
         "curves": [{name: logged_series(r, metric) for name, metric in DIAGNOSTICS} for r in results],
         "selector_prob": {level: [logged_series(r, f"arg/selector_prob/{level}") for r in results]
                           for level in levels}}
@@ -172,9 +174,13 @@ def diagnostics_table(n: int, title: str, report_: dict) -> str:
     rows = [[VARIANT_LABELS[a["variant"]]] + [
         "–" if column not in a["diagnostics_first_last_window"] else
         "{:.3f} → {:.3f}".format(*a["diagnostics_first_last_window"][column]) for column in columns]
-        for a in report_.values()]
+        + [_mean_text([kl for kl in a.get("kl_to_start", []) if kl is not None])] for a in report_.values()]
     return (f"### {title}: training diagnostics, first → last logging window (mean over seeds; n = {n})\n\n"
-            + markdown_table(["arm", *columns], rows))
+            + markdown_table(["arm", *columns, "KL to start, last evaluation"], rows))
+
+
+def _mean_text(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.4f}" if values else "–"
 
 
 def plot_arg(args, arg_report: dict) -> None:
