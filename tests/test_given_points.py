@@ -92,3 +92,19 @@ def test_estimate_prepare_says_given_points_cost_nothing(tmp_path):
     with pytest.raises(ValueError, match="calls no judge, so it costs no requests"):
         estimate_prepare(["--dataset", str(data), "--problem-column", "problem", "--reference-column", "solution",
                           "--points-column", "rubric", "--out", str(tmp_path / "out")])
+
+
+def test_the_pushed_dataset_card_says_where_given_points_came_from():
+    from argparse import Namespace
+
+    from ppm_trl.prepare.hub_card import dataset_card
+
+    args = Namespace(push_to_hub="me/polaris-points", dataset="prestonfu/polaris-acemath-gemini-rubrics-v2",
+                     split="train_boxed", config_name=None, problem_column="problem",
+                     reference_column="gemini_solution", answer_column="answer", judge_model=None,
+                     points_column="rubric", graph_column="makes_obsolete_dense")
+    card = dataset_card(args, kept=2286, total=2287, reasons="1 whose given points or graph cannot be read")
+    assert "- Points from the source's column `rubric`, graphs from `makes_obsolete_dense`; no judge call" in card
+    assert "Judge model" not in card
+    assert "- Rows: 2286 of 2287 kept; left out 1 (1 whose given points or graph cannot be read)" in card
+    assert "PPM's progress rewards (arXiv:2609.07303)" in card  # the PPM paper (it cited ARG's id before)

@@ -17,7 +17,7 @@ def dataset_card(args: argparse.Namespace, kept: int, total: int, reasons: str) 
         f"# {args.push_to_hub}", "",
         f"Reasoning points and obsoletion graphs for `{args.dataset}` (split `{args.split}`"
         + (f", config `{args.config_name}`" if args.config_name else "") + "), written by `ppm-trl prepare` for PPM's "
-        "progress rewards (arXiv:2610.11128).", "",
+        "progress rewards (arXiv:2609.07303).", "",
         f"- Source: `{args.dataset}`; problem column `{args.problem_column}`, reference column "
         f"`{args.reference_column}`, answer column `{args.answer_column or '(from the reference)'}`",
         (f"- Judge model: `{args.judge_model}`; judge prompts sha256 `{digest}` (ppm_trl/judge/prompts/)"
