@@ -85,8 +85,6 @@ def given_points_settings(args) -> None:
     if args.judge_model is not None:
         raise ValueError("--points-column reads the points the dataset already has and calls no judge: leave out "
                          f"--judge-model ({args.judge_model}), or leave out --points-column to have the judge write them")
-    if args.push_to_hub is None and args.work_dir not in (None, args.out):
-        print("prepare: --work-dir holds no progress with --points-column (nothing is judged)")
     return None
 
 
