@@ -57,8 +57,9 @@ from ppm_trl.demo.warmstart import WarmStartSettings
 # n = 8 (issue 40 item 2; the K = n arm stays at the hardest horizon, where it was diagnosed).
 LINES = "lines_answer"
 PPM_VARIANTS = ["sparse", "trajectory", LINES]
-# equal chunks, one segment per line with K = n, and the PPM paper's VeriFree baseline: at the hardest horizon only
-PPM_HARDEST_ONLY = ["segment", "lines", "verifree"]
+# equal chunks, one segment per line with K = n, and the PPM paper's VeriFree and OPSD baselines: at the hardest
+# horizon only
+PPM_HARDEST_ONLY = ["segment", "lines", "verifree", "opsd"]
 ROBUST_VARIANTS = ["sparse", LINES]
 LR_CHOICES = ("own", "shared")
 

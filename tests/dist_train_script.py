@@ -44,6 +44,7 @@ METHOD_SETTINGS = {
     # G = 4: at most 2 of 4 rows replaced (paper: 4 of 8), 4 continuations per all-failure group.
     "arg": (dict(learning_rate=1e-4, arg_num_continuations=4, arg_max_accepted=2, arg_max_empty_prefix=2), None),
     "verifree": (dict(learning_rate=1e-4), None),  # its likelihood forward runs on the (sharded) policy
+    "opsd": (dict(learning_rate=1e-4), None),  # a frozen teacher beside the policy, sharded like it under ZeRO-3
 }
 METHODS = tuple(METHOD_SETTINGS)
 
@@ -208,6 +209,7 @@ REAL_RUN_SCORING = {
     "papo": dict(scorer=distinct_bytes_process, reward=parity_outcome_reward),
     "arg": {},
     "verifree": {},  # the likelihood of the reference answer separates rollouts the outcome does not
+    "opsd": {},  # no reward enters its loss: the teacher's distribution does
 }
 
 

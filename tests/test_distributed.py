@@ -27,7 +27,7 @@ LAUNCH_TIMEOUT_S = 900
 
 METHODS = list(dist_train_script.METHODS)  # the registry's single methods (checked below)
 SCRIPTED = ["scripted:ppm:4", "scripted:ppm:2", "scripted:papo:2"]
-REAL = ["real:ppm", "real:papo", "real:verifree", "real:arg"]  # ARG last: a crash there keeps the rest
+REAL = ["real:ppm", "real:papo", "real:verifree", "real:opsd", "real:arg"]  # ARG last: a crash there keeps the rest
 
 
 def _free_port() -> int:

@@ -44,7 +44,7 @@ def test_ppm_trl_exports_every_registered_trainer_and_config():
 
 
 def test_unknown_and_duplicate_methods_are_errors():
-    with pytest.raises(ValueError, match=re.escape("unknown method 'ppo'; accepted: grpo, ppm, papo, arg, verifree, ppm+arg, papo+arg")):
+    with pytest.raises(ValueError, match=re.escape("unknown method 'ppo'; accepted: grpo, ppm, papo, arg, opsd, verifree, ppm+arg, papo+arg")):
         get_method("ppo")
     with pytest.raises(ValueError, match="already registered"):
         register_method(Method("ppm", "ppm_trl.configs:PPMConfig", "ppm_trl.trainers.ppm:PPMGRPOTrainer"))
@@ -54,7 +54,7 @@ def test_unknown_and_duplicate_methods_are_errors():
 def test_each_method_is_registered_by_its_own_folder():
     """ppm_trl's method folders, found by their `<name>_trainer.py`, in the listed order; each registers the config
     and trainer of its own folder."""
-    assert methods.method_folders() == ["ppm", "papo", "arg", "verifree"]
+    assert methods.method_folders() == ["ppm", "papo", "arg", "opsd", "verifree"]
     for name in methods.method_folders():
         assert METHODS[name].trainer.startswith(f"ppm_trl.{name}.{name}_trainer:")
         assert METHODS[name].config.startswith(f"ppm_trl.{name}.{name}_config:")

@@ -24,6 +24,9 @@ PAPERS = {
     # the PPM paper's baseline (App. B.1), citing the VeriFree paper it modifies
     "verifree": dict(name="VeriFree", tag="verifree", title="Reinforcing General Reasoning without Verifiers",
                      link=None),
+    # the PPM paper's OPSD baseline (App. B.1), citing the PPM paper that defines it
+    "opsd": dict(name="OPSD", tag="opsd",
+                 title="Long-Horizon Language Model Reinforcement Learning via Progressive Point Matching", link=None),
 }
 METHODS = list(PAPERS)  # the expected cards, written out by hand; every registered method must have one:
 

@@ -17,7 +17,7 @@ KEPT_COMPLETIONS = 16  # completions of the last evaluation kept in a run's hist
 VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "papo_fullnorm", "prm_only", "arg",
             "fixed_prefix", "fixed_quarter", "resampling", "reference_insertion", "ppm+arg", "papo+arg",
             "papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable", "prm_only_lines", "paper_resampling",
-            "lines_answer", "verifree")
+            "lines_answer", "verifree", "opsd")
 # PAPO arms whose process score is the gameable `shown_work_reward` instead of the fraction of right lines
 GAMEABLE_PAPO = ("papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable")
 VARIANT_LABELS = {
@@ -43,6 +43,7 @@ VARIANT_LABELS = {
     "papo_fullnorm_gameable": "PAPO Fullnorm (gameable process score)",
     "prm_only_lines": "PRM only (fraction of right lines)",
     "verifree": "VeriFree (the PPM paper's baseline)",
+    "opsd": "OPSD (the PPM paper's baseline)",
 }
 
 
@@ -137,6 +138,8 @@ def variant_settings(spec: RunSpec) -> tuple[str, dict]:
         "prm_only_lines": ("grpo", {"scale_rewards": "group"}),
         # the PPM paper's VeriFree baseline (App. B.1): the outcome + the likelihood of the reference's answer line
         "verifree": ("verifree", {"scale_rewards": "group"}),
+        # the PPM paper's OPSD baseline (App. B.1): the JSD to the warm start given the reference, no reward in the loss
+        "opsd": ("opsd", {}),
     }[spec.variant]
 
 

@@ -24,6 +24,7 @@ TRL_PRIVATE_METHODS = {
                               "has_tool_images"),
     "_generate_and_score_completions": ("self", "inputs"),
     "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
+    "_compute_loss": ("self", "model", "inputs"),
     # returns (logps, entropies, aux_loss)
     "_get_per_token_logps_and_entropies": ("self", "model", "input_ids", "attention_mask", "logits_to_keep",
                                            "batch_size"),
@@ -43,6 +44,7 @@ TRL_PRIVATE_PARAMETERS = {
 TRL_SUBMODULE_IMPORTS = {
     "trl.chat_template_utils": ("parse_response",),
     "trl.data_utils": ("is_conversational",),
+    "trl.models": ("prepare_deepspeed",),
     "trl.models.utils": ("disable_gradient_checkpointing",),
     "trl.trainer.utils": ("get_config_model_id", "pad"),
 }

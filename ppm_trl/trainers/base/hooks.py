@@ -64,6 +64,7 @@ class Advantages:
     segment_ids: torch.Tensor | None = None  # (B_local, T) segment index of each local token (for (B, K) values)
     logged: torch.Tensor | None = None  # (B,) one scalar per row for the completions table (default: `values`)
     dropped: torch.Tensor | None = None  # (B,) rows removed from the loss; not None → `num_items_in_batch` recounted
+    extra: dict[str, torch.Tensor] | None = None  # (B_local, ...) tensors added to TRL's batch (for `method_loss`)
 
 
 def completion_statistics(lengths: torch.Tensor, truncated: torch.Tensor) -> dict[str, float]:
@@ -112,6 +113,12 @@ class MethodHooks:
 
     def compute_advantages(self, batch: ScoredBatch) -> Advantages | None:
         """Called in training after TRL computed its advantages; None keeps TRL's."""
+        return None
+
+    def method_loss(self, model, inputs: dict) -> torch.Tensor | None:
+        """The mean loss of one micro-batch of TRL's batch dict (with `Advantages.extra`'s tensors), replacing TRL's
+        policy loss; the base divides it for gradient accumulation as TRL divides its own. None (the default) keeps
+        TRL's loss."""
         return None
 
     def extra_checkpoint_state(self) -> dict[str, Any]:
@@ -185,6 +192,12 @@ class MethodHooks:
             self._pending = self.on_final_rollout(rollout)
         return tuple(getattr(rollout, name) for name in names)
 
+    def _compute_loss(self, model, inputs):
+        loss = self.method_loss(model, inputs)
+        if loss is None:
+            return super()._compute_loss(model, inputs)
+        return loss / self.current_gradient_accumulation_steps if self.model.training else loss
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         early, self._early_rewards = self._early_rewards, None
         if early is not None:
@@ -231,6 +244,8 @@ class MethodHooks:
         if advantages.segment_ids is not None:
             values = expand_segment_values(values.to(advantages.segment_ids.device), advantages.segment_ids)
         output["advantages"] = values.to(output["completion_ids"].device)
+        for name, tensor in (advantages.extra or {}).items():
+            output[name] = tensor.to(output["completion_ids"].device)
         if advantages.dropped is not None:
             dropped = advantages.dropped[local]
             if dropped.any():

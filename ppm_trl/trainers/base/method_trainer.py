@@ -130,6 +130,18 @@ class MethodTrainer(MethodHooks, GenerationHelpers, Preemption, ModelCardWriter,
         `mask_truncated_completions`)."""
         return bool(self.mask_truncated_completions)
 
+    def prepare_frozen_model(self, model):
+        """A model that never trains (OPSD's fixed teacher), placed as TRL places its reference model: frozen, in eval
+        mode, DeepSpeed-prepared under DeepSpeed (ZeRO-3 shards it like the policy), else Accelerate's eval-mode
+        prepare."""
+        model.requires_grad_(False)
+        model.eval()
+        if getattr(self.accelerator.state, "deepspeed_plugin", None) is not None:
+            from trl.models import prepare_deepspeed
+
+            return prepare_deepspeed(model, self.accelerator)
+        return self.accelerator.prepare_model(model, evaluation_mode=True)
+
     def local_rows(self, num_local_rows: int) -> slice:
         """This process's rows within the gathered batch (every process holds `num_local_rows`, in rank order)."""
         start = self.accelerator.process_index * num_local_rows
