@@ -145,22 +145,23 @@ def test_evidence_quick_writes_the_summary_with_the_issue_shape(tmp_path):
     ppm = summary["ppm"]
     assert ppm["horizons"] == [1, 2] and ppm["hardest_n"] == 2 and ppm["reporting_seeds"] == [0, 1]
     assert set(ppm["gap_by_n"]) == set(ppm["gap_by_n_greedy"]) == {"1", "2"}
-    assert set(ppm["lr_grid"]) == {"sparse", "trajectory", "lines_answer", "lines", "segment"}
+    assert set(ppm["lr_grid"]) == {"sparse", "trajectory", "lines_answer", "lines", "segment", "verifree", "opsd"}
     assert all(grid == [1e-3] for grid in ppm["lr_grid"].values())
     assert isinstance(ppm["best_lr_at_edge"], bool) and isinstance(ppm["censored"], bool)
     assert "ratio_median" in ppm and "ratio_ci95" in ppm
     # Issue 40's keys: a grid and a best lr at every horizon, every arm at the shared lr too, censoring kept.
     assert set(ppm["best_lr_by_n"]) == set(ppm["shared_lr_by_n"]) == set(ppm["matched_lr"]) == {"1", "2"}
     assert set(ppm["best_lr_by_n"]["1"]) == {"sparse", "trajectory", "lines_answer"}
-    assert set(ppm["matched_lr"]["2"]) == {"sparse", "trajectory", "lines_answer", "lines", "segment"}
+    assert set(ppm["matched_lr"]["2"]) == {"sparse", "trajectory", "lines_answer", "lines", "segment", "verifree", "opsd"}
     assert all(len(ppm["ratio_by_seed"][n]) == 2 for n in ("1", "2"))  # one entry per reporting seed, censored or not
-    assert set(ppm["km_median"]["2"]) == {"sparse", "trajectory", "lines_answer", "lines", "segment"}
+    assert set(ppm["km_median"]["2"]) == {"sparse", "trajectory", "lines_answer", "lines", "segment", "verifree", "opsd"}
     assert all(len(interval) == 2 for interval in ppm["matched_gap_ci95_by_n"].values())
     # Tuning and reporting never share a seed, and tuning runs are evaluated on the tuning prompts.
     runs = [json.loads(p.read_text()) for p in (quick / "runs" / "multi_add").glob("*.json")]
     assert {r["eval_role"] for r in runs if r["spec"]["seed"] == 100} == {"tune"}
     assert {r["eval_role"] for r in runs if r["spec"]["seed"] in (0, 1)} == {"report"}
     assert all("greedy_all_correct" in r["history"][-1] for r in runs)
+    assert all(r["history"][0]["kl_to_start"] == 0.0 for r in runs)  # KL to the warm start, 0 before any step
     robust = summary["ppm_robust"]
     assert robust["task"] == "chain_add" and set(robust["best_lr_by_n"]["2"]) == {"sparse", "lines_answer"}
     assert set(robust["gap_paired_by_n"]) == {"1", "2"} and len(robust["ratio_by_seed"]["2"]) == 2
