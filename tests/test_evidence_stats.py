@@ -98,8 +98,8 @@ class FakeRunner:
 
     def result(self, s):
         fit = max(0.0, 1 - abs(math.log10(s.learning_rate / self.best_lr[s.variant])))
-        speed = {"sparse": 0.02, "trajectory": 0.03, "lines_answer": 0.05, "lines": 0.05, "segment": 0.04}[
-            s.variant] * fit
+        speed = {"sparse": 0.02, "trajectory": 0.03, "lines_answer": 0.05, "lines": 0.05, "segment": 0.04,
+                 "verifree": 0.02, "opsd": 0.01}[s.variant] * fit
         if s.variant == "sparse" and s.seed == 1:
             speed = 0.0  # GRPO never takes off on reporting seed 1: a censored seed
         history = [{"step": step, "samples": step * 64, "all_correct": min(1.0, speed * step / 10),
@@ -114,7 +114,8 @@ def test_ppm_comparison_tunes_every_horizon_and_reports_own_and_shared_lrs(tmp_p
 
     args = evidence.parse_args(["--output-dir", str(tmp_path), "--horizons", "2", "4", "--ppm-steps", "100",
                                 "--seeds", "0", "1", "2"])
-    runner = FakeRunner({"sparse": 3e-5, "trajectory": 1e-4, "lines_answer": 3e-4, "lines": 1e-4, "segment": 1e-4})
+    runner = FakeRunner({"sparse": 3e-5, "trajectory": 1e-4, "lines_answer": 3e-4, "lines": 1e-4, "segment": 1e-4,
+                         "verifree": 1e-4, "opsd": 1e-4})
     profile = {n: {"all_correct": 0.1} for n in (2, 4)}
     tables = []
     out = compare(args, runner, "multi_add", "f" * 16, profile, [2, 4], PPM_VARIANTS, PPM_HARDEST_ONLY, tables, "PPM")
@@ -122,7 +123,9 @@ def test_ppm_comparison_tunes_every_horizon_and_reports_own_and_shared_lrs(tmp_p
     assert out["best_lr_by_n"]["2"] == {"sparse": 3e-5, "trajectory": 1e-4, "lines_answer": 3e-4}
     assert out["best_lr_by_n"]["4"]["segment"] == 1e-4 and out["best_lr_by_n"]["4"]["lines"] == 1e-4
     assert {(s.n, s.variant) for s in runner.specs if s.seed in args.tuning_seeds} == {
-        (n, v) for n in (2, 4) for v in PPM_VARIANTS} | {(4, "segment"), (4, "lines")}
+        (n, v) for n in (2, 4) for v in PPM_VARIANTS} | {(4, v) for v in PPM_HARDEST_ONLY}
+    assert set(PPM_HARDEST_ONLY) == {"segment", "lines", "verifree", "opsd"}
+    assert out["best_lr_by_n"]["4"]["verifree"] == 1e-4 and out["best_lr_by_n"]["4"]["opsd"] == 1e-4
     # The shared lr is in every grid and best on average (1e-4); every arm also ran there on the reporting seeds.
     assert out["shared_lr_by_n"] == {"2": 1e-4, "4": 1e-4}
     reported = {(s.variant, s.n, s.learning_rate) for s in runner.specs if s.seed in args.seeds}
