@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,8 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from helpers import TINY_ARGS, script_generation
 from safetensors.torch import load_file
+from torch.nn.modules.module import _IncompatibleKeys
 
 from ppm_trl.configs import PPMConfig
 from ppm_trl.envs import make_dataset
@@ -214,3 +217,46 @@ def _whole_history(trainer):
     from types import SimpleNamespace
 
     return SimpleNamespace(state=trainer.state, args=trainer.args, first_step_of_this_run=0)
+
+
+def _half_right(prompt: str, index: int) -> str:
+    """Every other completion works the sums out right, the rest answers wrong: groups with a non-zero advantage."""
+    sums = [(name, x, y, int(x) + int(y)) for name, x, y in re.findall(r"(\w):(\d+)\+(\d+)", prompt)]
+    lines = "".join(f"{name}:{x}+{y}={total}\n" for name, x, y, total in sums)
+    answer = ",".join(f"{name}={total}" for name, _, _, total in sums)
+    return f"{lines}\\boxed{{{answer}}}" if index % 2 == 0 else "\\boxed{a=1}"
+
+
+def test_a_resumed_run_ends_with_the_uninterrupted_weights_and_says_nothing_of_missing_keys(tmp_path, monkeypatch):
+    """Issue 44: every resume printed `There were missing keys in the checkpoint model loaded: ['lm_head.weight']`.
+    The tiny model's head is tied to its embeddings, which transformers 5 saves once; it was loaded with them. Checked
+    here, not assumed: resumed from checkpoint-1, step 2 ends on the weights of a run never interrupted (steps that
+    changed the weights), the head still the embeddings' tensor, and no missing-key warning."""
+    warned = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *a, **k: warned.append(str(message)))
+    whole, _ = _trainer(tmp_path / "whole", max_steps=2)
+    script_generation(whole, _half_right)
+    whole.train()
+    resumed, _ = _trainer(tmp_path / "resumed", max_steps=2)
+    script_generation(resumed, _half_right)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "checkpoint-1"))
+    first = load_file(str(tmp_path / "whole" / "checkpoint-1" / "model.safetensors"))
+    final = load_file(str(tmp_path / "whole" / "checkpoint-2" / "model.safetensors"))
+    assert "lm_head.weight" not in final  # saved once, as the embeddings
+    assert any(not torch.equal(first[name], final[name]) for name in final)  # step 2 trained something
+    state = resumed.model.state_dict()
+    assert all(torch.equal(state[name], final[name]) for name in final)
+    assert resumed.model.lm_head.weight is resumed.model.get_input_embeddings().weight
+    assert not [message for message in warned if "missing keys" in message]
+
+
+def test_a_weight_really_missing_from_a_checkpoint_is_still_reported(two_steps, tmp_path, monkeypatch):
+    """Only a name whose tensor was loaded under another name is left out of transformers' warning."""
+    warned = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", lambda message, *a, **k: warned.append(str(message)))
+    trainer, _ = _trainer(tmp_path / "out", max_steps=1)
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["lm_head.weight", "model.norm.weight"], []))
+    assert warned == ["There were missing keys in the checkpoint model loaded: ['model.norm.weight']."]
+    trainer.model.lm_head.weight = torch.nn.Parameter(trainer.model.lm_head.weight.detach().clone())  # untied
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["lm_head.weight"], []))
+    assert warned[-1] == "There were missing keys in the checkpoint model loaded: ['lm_head.weight']."

@@ -32,6 +32,7 @@ TRL_PRIVATE_METHODS = {
     "_save_checkpoint": ("self", "model", "trial"),
     "_load_optimizer_and_scheduler": ("self", "checkpoint"),
     "_load_from_checkpoint": ("self", "resume_from_checkpoint"),
+    "_issue_warnings_after_load": ("self", "load_result"),
     "_push_from_checkpoint": ("self", "checkpoint_folder"),
     "_load_rng_state": ("self", "checkpoint"),
 }

@@ -153,6 +153,19 @@ class Preemption:
         with loading_checkpoint_file(f"{resume_from_checkpoint} (its model weights)"):
             return super()._load_from_checkpoint(resume_from_checkpoint, *args, **kwargs)
 
+    def _issue_warnings_after_load(self, load_result):
+        # transformers 5 leaves a tied weight (lm_head.weight) out of every checkpoint but warns on resume that it is
+        # missing: its check reads only `_keys_to_ignore_on_save`. A missing name whose parameter is the same tensor
+        # as a loaded one was loaded with it, so only those are left out; a weight really absent is still reported.
+        missing = set(load_result.missing_keys)
+        names_by_tensor: dict[int, list[str]] = {}
+        for name, parameter in self.model.named_parameters(remove_duplicate=False):
+            names_by_tensor.setdefault(id(parameter), []).append(name)
+        loaded_with_another = {name for names in names_by_tensor.values() if not set(names) <= missing
+                               for name in names}
+        still_missing = [name for name in load_result.missing_keys if name not in loaded_with_another]
+        return super()._issue_warnings_after_load(load_result._replace(missing_keys=still_missing))
+
     def _load_rng_state(self, checkpoint):
         if checkpoint is None:
             return super()._load_rng_state(checkpoint)
