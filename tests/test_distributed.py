@@ -257,8 +257,8 @@ def test_the_readme_lists_a_cpu_dry_run_of_every_launcher_and_method():
 def test_the_readme_cpu_launch_runs_as_written_then_again_then_resumes(index, tmp_path):
     """Issue 44: ZeRO-3 on CPU failed 3 of 3 times as a user ran it (both ranks built the tiny model at once; with
     the config's `use_cpu` DeepSpeed asserted on the batch size), and the half-written model broke every rerun.
-    Each README line from an empty HOME and output_dir; the PPM lines then again in the same output_dir and resumed
-    from their last checkpoint one step further."""
+    Each README line from an empty HOME and output_dir, then again in the same output_dir, then resumed from its last
+    checkpoint one step further."""
     line = readme_launch_lines()[index]
     method = line.split()[4].split("_")[-1].removesuffix(".py")
     home, out = tmp_path / "home", tmp_path / "out"
@@ -272,8 +272,6 @@ def test_the_readme_cpu_launch_runs_as_written_then_again_then_resumes(index, tm
     assert not [name for name in os.listdir(out) if name.startswith(".initial_tiny_model")]  # no staging left
     if "cpu_zero3" in line:
         assert "DeepSpeed without CUDA: use_cpu off" in log  # the config's use_cpu, handled and said
-    if method != "ppm":
-        return
     launch_readme_line(line, out, *save)  # again into the same output_dir: the built model is reused
     log = launch_readme_line(line, out, *save, "--max_steps", "3", "--resume_from_checkpoint", "last")
     assert "resuming from checkpoint-2" in log and '"steps": 3' in log
