@@ -1,7 +1,7 @@
 """Environment-owned data (no `train_dataset`: TRL builds `prompt`-only rows from the environment's `reset()`), and
 the order of the checks at construction: GRPOTrainer's own argument checks first (their messages stay TRL's), then
 what a method refuses of what TRL accepts — ARG's multi-turn refusal, PPM's and PAPO's built-in scorers that read a
-dataset column the environment's rows do not have."""
+dataset column the environment's rows do not have, VeriFree's and OPSD's reference."""
 
 from __future__ import annotations
 
@@ -58,7 +58,19 @@ def test_builtin_scorer_refused_with_environment_owned_data(tmp_path, method, sc
     assert f"`{argument}=`" in message and "environment owns the data" in message
 
 
-@pytest.mark.parametrize("method", ["ppm", "papo", "arg", "ppm+arg", "papo+arg"])
+@pytest.mark.parametrize("method, reader", [("verifree", "VeriFree's reference-answer likelihood"),
+                                             ("opsd", "OPSD's teacher")])
+def test_a_method_that_reads_the_reference_itself_is_refused_with_environment_owned_data(tmp_path, method, reader):
+    """No scorer can stand in for VeriFree's reference answer or OPSD's teacher context: the way out is a dataset."""
+    with pytest.raises(ValueError) as error:
+        _build(method, tmp_path, max_steps=1)
+    message = str(error.value)
+    assert message.startswith(f"{method.upper()}: the environment owns the data (no `train_dataset`)")
+    assert f"no `reference` column, which {reader}" in message and "Pass a `train_dataset` with `reference`" in message
+    assert "scorer" not in message
+
+
+@pytest.mark.parametrize("method", ["ppm", "papo", "arg", "ppm+arg", "papo+arg", "verifree", "opsd"])
 def test_trl_checks_come_first(tmp_path, method):
     """GRPOTrainer's own messages, whatever the method (ARG's reference check and multi-turn refusal, PPM's and
     PAPO's scorer refusals come after them)."""

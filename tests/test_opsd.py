@@ -44,6 +44,9 @@ def test_each_row_is_averaged_over_its_own_tokens():
 @pytest.mark.parametrize("settings, says", [
     ({"opsd_beta": 1.0}, "opsd_beta must be in"),
     ({"opsd_teacher_template": "{problem} only"}, "must contain \\['{reference}'\\]"),
+    ({"beta": 0.04}, "`beta=0.04` adds a term to that loss and would be ignored. Leave `beta=0.0`"),
+    ({"entropy_coef": 0.1}, "`entropy_coef=0.1` adds a term"),
+    ({"entropy_coef": 0.01, "use_adaptive_entropy": True}, "`entropy_coef=0.01`, `use_adaptive_entropy=True` adds"),
 ])
 def test_bad_settings_are_refused(tmp_path, settings, says):
     from ppm_trl.opsd.opsd_config import OPSDConfig

@@ -16,7 +16,9 @@ TEACHER_TEMPLATE = ("{problem}\n\nHere is a reference solution to this problem:\
 class OPSDConfig(WholeGroupBatches, GRPOConfig):
     r"""Configuration of [`OPSDTrainer`]: on-policy self-distillation from a fixed teacher, the starting policy given
     the reference solution as privileged context. The policy-gradient fields of `GRPOConfig` (rewards, advantages,
-    clipping) do not enter the loss; the rewards are still computed and logged. No group filtering (App. B.1).
+    clipping) do not enter the loss; the rewards are still computed and logged. No group filtering (App. B.1). The
+    terms TRL adds to its policy-gradient loss — the KL penalty (`beta`) and the entropy bonus (`entropy_coef`,
+    `use_adaptive_entropy`) — are refused rather than dropped: eq. 111's JSD replaces that loss.
     """
 
     opsd_beta: float = field(
@@ -30,6 +32,12 @@ class OPSDConfig(WholeGroupBatches, GRPOConfig):
         super().__post_init__()
         if not 0.0 < self.opsd_beta < 1.0:
             raise ValueError(f"opsd_beta must be in (0, 1), got {self.opsd_beta}")
+        added = [f"`{name}={value}`" for name, value in (("beta", self.beta), ("entropy_coef", self.entropy_coef),
+                                                           ("use_adaptive_entropy", self.use_adaptive_entropy)) if value]
+        if added:
+            raise ValueError(f"OPSD trains on eq. 111's JSD alone, which replaces TRL's policy-gradient loss; "
+                             f"{', '.join(added)} adds a term to that loss and would be ignored. Leave `beta=0.0`, "
+                             "`entropy_coef=0.0` and `use_adaptive_entropy=False` (the defaults)")
         missing = [name for name in ("{problem}", "{reference}") if name not in self.opsd_teacher_template]
         if missing:
             raise ValueError(f"opsd_teacher_template must contain {missing}: the teacher sees the problem and the "

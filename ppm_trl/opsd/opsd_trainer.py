@@ -20,7 +20,7 @@ import torch
 
 from ..text import problem_text
 from ..trainers.base import Advantages, MethodTrainer
-from ..trainers.common import check_method_columns
+from ..trainers.common import check_method_columns, refuse_environment_owned_data
 from .divergence import sequence_mean, token_jsd
 from .opsd_config import OPSDConfig
 
@@ -42,6 +42,7 @@ class OPSDTrainer(MethodTrainer):
         lora = kwargs.get("peft_config") is not None or hasattr(model, "peft_config")
         teacher = copy.deepcopy(model) if not lora and not isinstance(model, str) else None
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        refuse_environment_owned_data(train_dataset, "opsd", args, None)  # after TRL's own checks
         if not lora and teacher is None:  # a model path: load it again, as TRL loads its reference model
             from transformers import AutoModelForCausalLM
 

@@ -37,19 +37,27 @@ def check_method_columns(dataset, method: str, args, custom_scorer: bool = False
         check_columns(dataset, {column: need.kind}, need.reader)
 
 
-def refuse_environment_owned_data(train_dataset, method: str, args, scorer_argument: str) -> None:
+def refuse_environment_owned_data(train_dataset, method: str, args, scorer_argument: str | None) -> None:
     """Called after GRPOTrainer's own checks, with the `train_dataset` the trainer was given: None there means the
-    environment owns the data (TRL builds rows with a `prompt` only), so the built-in scorer the config names in
-    `scorer_argument` (e.g. `progress_scorer`), which reads a dataset column, cannot score them — a ValueError naming
-    the column, that scorer and the trainer's own `scorer_argument=` (which reads no column). A trainer given its own
-    scorer does not call this."""
+    environment owns the data (TRL builds rows with a `prompt` only), so a column the method reads is in no row — a
+    ValueError naming the column. `scorer_argument` (e.g. `progress_scorer`): the config's built-in scorer reads that
+    column, and the trainer's own `scorer_argument=` (which reads no column) is the way out; None: nothing stands in
+    for the column (VeriFree's reference answer, OPSD's teacher context), only a `train_dataset` that has it. A trainer
+    given its own scorer does not call this."""
     from ..methods import get_method
 
     if train_dataset is not None:
         return
-    name = getattr(args, scorer_argument)
-    scorer = f"the `{name}` {scorer_argument.split('_')[0]} scorer (`{scorer_argument}={name!r}`)"
     for column in get_method(method).required_columns(args):
+        if scorer_argument is None:
+            reader = get_method(method).required_columns(args)[column].reader
+            raise ValueError(
+                f"{method.upper()}: the environment owns the data (no `train_dataset`), so its rows have no "
+                f"`{column}` column, which {reader} reads and nothing else can stand in for. Pass a `train_dataset` "
+                f"with `{column}`"
+            )
+        name = getattr(args, scorer_argument)
+        scorer = f"the `{name}` {scorer_argument.split('_')[0]} scorer (`{scorer_argument}={name!r}`)"
         raise ValueError(
             f"{method.upper()}: the environment owns the data (no `train_dataset`), so its rows have no `{column}` "
             f"column, which {scorer} reads. Pass your own scorer, which reads the completions and no column "

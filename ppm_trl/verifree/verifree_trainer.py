@@ -15,7 +15,7 @@ import torch
 from ..advantages import group_normalize
 from ..text import completion_text
 from ..trainers.base import Advantages, MethodTrainer
-from ..trainers.common import check_method_columns
+from ..trainers.common import check_method_columns, refuse_environment_owned_data
 from .likelihood import likelihood_reward, reference_final_output, split_rollout
 from .verifree_config import VerifreeConfig
 
@@ -34,6 +34,7 @@ class VerifreeTrainer(MethodTrainer):
             raise TypeError(f"VerifreeTrainer needs a VerifreeConfig, got {type(args).__name__}")
         check_method_columns(train_dataset, "verifree", args)
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
+        refuse_environment_owned_data(train_dataset, "verifree", args, None)  # after TRL's own checks
 
     def compute_advantages(self, batch):
         rollout = self.current_rollout

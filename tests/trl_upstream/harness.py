@@ -37,7 +37,7 @@ README = ROOT / "README.md"
 UPSTREAM_MODULE = "test_grpo_trainer"
 
 # The trainers, in the order the full file rotates through them (`full_method`); `grpo` is TRL's, the baseline.
-METHODS = ("ppm", "papo", "arg", "ppm+arg", "papo+arg", "grpo")
+METHODS = ("ppm", "papo", "arg", "ppm+arg", "papo+arg", "verifree", "opsd", "grpo")
 DEFAULT_METHODS = "ppm,papo,arg"
 
 # Tests of TRL's file that need no trainer: run once, not per trainer.
@@ -360,7 +360,7 @@ def _with_text_scorers(trainer_class):
         trainer_class.__init__(self, *args, **kwargs)
 
     namespace = {"__init__": __init__, "__module__": __name__, "__doc__": trainer_class.__doc__}
-    for hook in ("compute_advantages", "_guide_failed_groups"):
+    for hook in ("compute_advantages", "_guide_failed_groups", "method_loss"):
         if hasattr(trainer_class, hook):
             namespace[hook] = _counted(hook, getattr(trainer_class, hook))
     return type(trainer_class.__name__, (trainer_class,), namespace)
@@ -379,7 +379,8 @@ def _counted(name, function):
 # (`compute_advantages`), ARG's guidance of the batch's all-failure groups (`_guide_failed_groups`).
 METHOD_HOOKS = {"ppm": ("compute_advantages",), "papo": ("compute_advantages",), "arg": ("_guide_failed_groups",),
                 "ppm+arg": ("compute_advantages", "_guide_failed_groups"),
-                "papo+arg": ("compute_advantages", "_guide_failed_groups")}
+                "papo+arg": ("compute_advantages", "_guide_failed_groups"),
+                "verifree": ("compute_advantages",), "opsd": ("compute_advantages", "method_loss")}
 
 
 def _default(f: dataclasses.Field):
