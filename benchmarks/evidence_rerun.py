@@ -6,9 +6,10 @@
 Each named run file (relative to `--results-dir`) is trained again under the spec it records, from a warm start that
 this invocation builds in a fresh cache (`--cache-dir`, default a new temporary directory, so nothing a previous
 session left behind is reused); the warm start's fingerprint must equal the one the runs were measured on
-(`profile_<env>.json`). Then the rerun's evaluation history and training logs must equal the stored ones exactly,
-timings aside. Threads are pinned to one per run, as the evidence runs were (`OMP_NUM_THREADS=1`): the float results
-depend on the thread count. Exit status 1 if any number differs; a JSON report goes to `--report`.
+(`profile_<env>.json`). Then every number of the stored evaluation history and training logs must come out exactly
+the same, timings aside (a measurement the code added after the run was stored is reported, not compared). Threads
+are pinned to one per run, as the evidence runs were (`OMP_NUM_THREADS=1`): the float results depend on the thread
+count. Exit status 1 if any number differs; a JSON report goes to `--report`.
 """
 
 from __future__ import annotations
@@ -50,19 +51,30 @@ def without_timings(logs: list[dict]) -> list[dict]:
     return [{k: v for k, v in entry.items() if k not in TIMING_KEYS} for entry in logs]
 
 
+def _entries(run: dict) -> dict[str, list[dict]]:
+    return {"history": run["history"], "train_logs": without_timings(run["train_logs"])}
+
+
 def differences(stored: dict, rerun: dict) -> list[str]:
-    """Where the rerun's numbers differ from the stored run's (empty: identical)."""
+    """Where the rerun's numbers differ from the stored run's (empty: identical). Every number the stored run has
+    must come out the same; a measurement added to the code after the run was stored is not one (`added_keys`)."""
     found = []
-    for key, pick in (("history", lambda r: r["history"]), ("train_logs", lambda r: without_timings(r["train_logs"]))):
-        old, new = pick(stored), pick(rerun)
+    for key, old in _entries(stored).items():
+        new = _entries(rerun)[key]
         if len(old) != len(new):
             found.append(f"{key}: {len(old)} entries stored, {len(new)} rerun")
             continue
         for i, (a, b) in enumerate(zip(old, new)):
-            for name in sorted(set(a) | set(b)):
-                if a.get(name) != b.get(name):
-                    found.append(f"{key}[{i}].{name}: stored {a.get(name)!r}, rerun {b.get(name)!r}")
+            for name in sorted(a):
+                if a[name] != b.get(name):
+                    found.append(f"{key}[{i}].{name}: stored {a[name]!r}, rerun {b.get(name)!r}")
     return found
+
+
+def added_keys(stored: dict, rerun: dict) -> list[str]:
+    """`key.name` of what the rerun measures that the stored run has not (code newer than the run)."""
+    return sorted({f"{key}.{name}" for key, old in _entries(stored).items()
+                   for a, b in zip(old, _entries(rerun)[key]) for name in set(b) - set(a)})
 
 
 def fingerprint_of(results_dir: str, env: str) -> str:
@@ -112,10 +124,13 @@ def main(argv=None) -> int:
         failed |= bool(found)
         final = rerun["history"][-1]
         report["runs"][name] = {"identical": not found, "differences": found[:20],
+                                "added_keys": added_keys(stored[name], rerun),
                                 "final_all_correct": final["all_correct"],
                                 "final_greedy_all_correct": final["greedy_all_correct"],
                                 "wall_seconds": round(rerun["wall_seconds"])}
         verdict = "identical" if not found else f"{len(found)} numbers differ, first: {found[0]}"
+        if added_keys(stored[name], rerun):
+            verdict += f" (measured now, not when stored: {', '.join(added_keys(stored[name], rerun))})"
         print(f"{name}: final all-correct {final['all_correct']:.4f}, greedy {final['greedy_all_correct']:.4f} "
               f"({rerun['wall_seconds']:.0f}s) — {verdict}", flush=True)
     if args.report:

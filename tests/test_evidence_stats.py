@@ -162,3 +162,20 @@ def test_answer_form_reads_the_kept_completions_last_line():
     assert answer_form(run(good, garbled, short, repeated), 2) == 0.25
     assert answer_form(run("x\n\\boxed{-9}\n"), 2) == 1.0  # chain_add's answer line
     assert answer_form({"history": [{}]}, 2) is None  # a run file from before completions were kept
+
+
+def test_a_rerun_is_judged_on_every_number_the_stored_run_has():
+    """A measurement added after a run was stored (`kl_to_start`) is reported, not counted as a difference; a stored
+    number that changes or goes missing is one; timings are never compared."""
+    from evidence_rerun import added_keys, differences
+
+    stored = {"history": [{"step": 0, "all_correct": 0.5}], "train_logs": [{"loss": 1.0, "step_time": 3.0}]}
+    rerun = {"history": [{"step": 0, "all_correct": 0.5, "kl_to_start": 0.0}],
+             "train_logs": [{"loss": 1.0, "step_time": 9.0}]}
+    assert differences(stored, rerun) == [] and added_keys(stored, rerun) == ["history.kl_to_start"]
+    changed = {**rerun, "history": [{"step": 0, "all_correct": 0.25, "kl_to_start": 0.0}]}
+    assert differences(stored, changed) == ["history[0].all_correct: stored 0.5, rerun 0.25"]
+    lost = {**rerun, "train_logs": [{"step_time": 9.0}]}
+    assert differences(stored, lost) == ["train_logs[0].loss: stored 1.0, rerun None"]
+    shorter = {**rerun, "history": []}
+    assert differences(stored, shorter) == ["history: 1 entries stored, 0 rerun"]
