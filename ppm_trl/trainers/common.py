@@ -48,13 +48,12 @@ def refuse_environment_owned_data(train_dataset, method: str, args, scorer_argum
 
     if train_dataset is not None:
         return
-    for column in get_method(method).required_columns(args):
+    for column, need in get_method(method).required_columns(args).items():
         if scorer_argument is None:
-            reader = get_method(method).required_columns(args)[column].reader
             raise ValueError(
                 f"{method.upper()}: the environment owns the data (no `train_dataset`), so its rows have no "
-                f"`{column}` column, which {reader} reads and nothing else can stand in for. Pass a `train_dataset` "
-                f"with `{column}`"
+                f"`{column}` column, which {need.reader} reads and nothing else can stand in for. Pass a "
+                f"`train_dataset` with `{column}`"
             )
         name = getattr(args, scorer_argument)
         scorer = f"the `{name}` {scorer_argument.split('_')[0]} scorer (`{scorer_argument}={name!r}`)"

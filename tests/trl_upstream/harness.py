@@ -375,8 +375,9 @@ def _counted(name, function):
     return counted
 
 
-# The hooks in which each method does its work, once per training generation batch: PPM's and PAPO's advantages
-# (`compute_advantages`), ARG's guidance of the batch's all-failure groups (`_guide_failed_groups`).
+# The hooks in which each method does its work: once per training generation batch PPM's, PAPO's and VeriFree's
+# advantages (`compute_advantages`) and ARG's guidance of the batch's all-failure groups (`_guide_failed_groups`);
+# OPSD's loss (`method_loss`) once per micro-batch.
 METHOD_HOOKS = {"ppm": ("compute_advantages",), "papo": ("compute_advantages",), "arg": ("_guide_failed_groups",),
                 "ppm+arg": ("compute_advantages", "_guide_failed_groups"),
                 "papo+arg": ("compute_advantages", "_guide_failed_groups"),
