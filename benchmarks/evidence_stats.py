@@ -160,7 +160,7 @@ def tuning_noise(grid: dict[float, dict], eval_size: int) -> dict:
 
     `grid[lr]["per_seed"]` are the tuning seeds' final all-correct. Two standard errors of (best − runner-up): the
     seed-paired one (stdev of the per-seed differences / √k) and the binomial one of two independent means over
-    k × `eval_size` prompts; the difference is "inside noise" when it is below twice the larger."""
+    k × `eval_size` prompts; the difference is "inside noise" when it is below twice the larger, or zero."""
     ranked = sorted(grid, key=lambda lr: grid[lr]["score"], reverse=True)
     if len(ranked) < 2:
         return {"difference": None, "se": None, "inside_noise": None}
@@ -176,7 +176,7 @@ def tuning_noise(grid: dict[float, dict], eval_size: int) -> dict:
         "se": se,
         "se_seeds": se_seeds,
         "se_binomial": se_binomial,
-        "inside_noise": abs(p1 - p2) < 2 * se,
+        "inside_noise": abs(p1 - p2) < 2 * se or p1 == p2,  # a tie (0 ± 0: nothing learned at either lr) too
     }
 
 

@@ -84,6 +84,10 @@ def test_tuning_noise_compares_best_and_runner_up_with_the_larger_standard_error
     assert noise["runner_up"] == 3e-4 and noise["difference"] == pytest.approx(0.02)
     assert noise["se_seeds"] == pytest.approx(0, abs=1e-12) and noise["se"] == pytest.approx(se) and noise["inside_noise"] is False
     assert tuning_noise(grid, 64)["inside_noise"] is True  # a quarter of the prompts: twice the SE
+    # OPSD at n = 8: every lr ends at 0 (ties broken by per-sub-problem) — a difference of 0 ± 0 is no evidence
+    collapsed = {lr: {"per_seed": [0.0, 0.0], "score": [0.0, sub]} for lr, sub in ((3.33e-6, 0.32), (1e-5, 0.057))}
+    tied = tuning_noise(collapsed, 256)
+    assert (tied["runner_up"], tied["difference"], tied["se"], tied["inside_noise"]) == (1e-5, 0.0, 0.0, True)
 
 
 class FakeRunner:
