@@ -120,17 +120,17 @@ def main(argv=None) -> int:
             reruns = {name: future.result() for name, future in futures.items()}
     failed = False
     for name, rerun in reruns.items():
-        found = differences(stored[name], rerun)
+        found, added = differences(stored[name], rerun), added_keys(stored[name], rerun)
         failed |= bool(found)
         final = rerun["history"][-1]
         report["runs"][name] = {"identical": not found, "differences": found[:20],
-                                "added_keys": added_keys(stored[name], rerun),
+                                "added_keys": added,
                                 "final_all_correct": final["all_correct"],
                                 "final_greedy_all_correct": final["greedy_all_correct"],
                                 "wall_seconds": round(rerun["wall_seconds"])}
         verdict = "identical" if not found else f"{len(found)} numbers differ, first: {found[0]}"
-        if added_keys(stored[name], rerun):
-            verdict += f" (measured now, not when stored: {', '.join(added_keys(stored[name], rerun))})"
+        if added:
+            verdict += f" (measured now, not when stored: {', '.join(added)})"
         print(f"{name}: final all-correct {final['all_correct']:.4f}, greedy {final['greedy_all_correct']:.4f} "
               f"({rerun['wall_seconds']:.0f}s) — {verdict}", flush=True)
     if args.report:
