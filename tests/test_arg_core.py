@@ -142,12 +142,26 @@ def test_boundaries_display_math_and_boxed_answer():
 def test_boundaries_dollar_display_environments_escapes_and_braces():
     text = "$$a.\nb$$ Next. \\begin{align}\nx &= 1.\n\\end{align}\nSo \\$5. Then \\textbf{A. B} ok.\n\\boxed{5}"
     expected = []
-    for anchor in ["b$$", "Next.", "\\end{align}", "\\$5.", "ok."]:
+    for anchor in ["b$$", "Next.", "\\end{align}", "\\$5."]:
         expected += [_after(text, anchor), _after(text, anchor) + 1]
     # "\$" is a literal dollar, so "5." ends a sentence; "A. B" is inside an open brace; "$$...$$" and the align
-    # environment hide their "." and newlines. The last boundary (after "ok.\n") is exactly where "\boxed" starts.
-    assert expected[-1] == text.index("\\boxed")
+    # environment hide their "." and newlines. After "ok." and after "ok.\n" the suffix would be the boxed answer
+    # alone: not a nontrivial suffix (App. E.2), so the last boundary leaves "Then ... ok." to the policy.
     assert boundary_char_positions(text) == expected
+
+
+def test_a_suffix_of_the_boxed_answer_alone_is_not_a_boundary():
+    # App. E.2: a valid boundary "leaves a nontrivial suffix containing the final boxed answer"; the answer alone (or
+    # with blanks before it) is trivial: the policy would write nothing of the solution.
+    text = "2+3=5\n4+4=8\n\\boxed{5, 8}"
+    assert boundary_char_positions(text) == [_after(text, "2+3=5\n")]
+    assert boundary_char_positions("One.  \n \\boxed{1}") == []
+    # Something of the solution before the answer keeps the cut, even on the answer's own line.
+    text = "x = 7.\nSo the answer is \\boxed{7}."
+    assert boundary_char_positions(text) == [_after(text, "x = 7."), _after(text, "x = 7.\n")]
+    # The whole reference as a prefix of one line, the answer alone after it: no cut, so every level falls back to the
+    # empty prefix (snap_prefix_length with no cuts).
+    assert boundary_char_positions("7\n\\boxed{7}") == []
 
 
 def test_boundaries_need_the_answer_marker_unless_disabled():
@@ -183,9 +197,10 @@ def test_token_cuts_by_hand():
     text = "One. Two. \\boxed{3}"
     offsets = _tokenise(text)  # One . ␣ Two . ␣ \boxed { 3 }
     assert [text[a:b] for a, b in offsets] == ["One", ".", " ", "Two", ".", " ", "\\boxed", "{", "3", "}"]
-    # Cut t starts the suffix at token t: after "One." (t=2), after "One. " (3), after "Two." (5), after "Two. " (6).
-    assert valid_prefix_cuts(text, offsets) == [2, 3, 5, 6]
-    assert valid_prefix_cuts(text, offsets, max_prefix_tokens=4) == [2, 3]
+    # Cut t starts the suffix at token t: after "One." (t=2), after "One. " (3). After "Two." (5) and "Two. " (6) the
+    # suffix would be the boxed answer alone (not nontrivial, App. E.2).
+    assert valid_prefix_cuts(text, offsets) == [2, 3]
+    assert valid_prefix_cuts(text, offsets, max_prefix_tokens=2) == [2]
 
 
 def test_token_cuts_never_split_a_character_and_accept_offset_gaps():
@@ -255,15 +270,15 @@ def test_prefix_budget():
 
 
 def test_plan_reference_prefixes_by_hand():
-    text = "One. Two. \\boxed{3}"
-    offsets = _tokenise(text)  # valid cuts [2, 3, 5, 6] (test_token_cuts_by_hand)
-    logprobs = [-2.0, -0.5, -0.5, -1.0, -1.0, -0.25, -0.25, -0.5, -2.0, -2.0]
-    # S = [10, 8, 7.5, 7, 6, 5, 4.75, 4.5, 4, 2, 0]
+    text = "One. Two. So \\boxed{3}"
+    offsets = _tokenise(text)  # One . ␣ Two . ␣ So ␣ \boxed { 3 }: valid cuts [2, 3, 5, 6] ("So" is left to the policy)
+    logprobs = [-2.0, -0.5, -0.5, -1.0, -1.0, -0.25, -0.25, -0.5, -1.0, -1.0, -1.0, -1.0]
+    # S = [10, 8, 7.5, 7, 6, 5, 4.75, 4.5, 4, 3, 2, 1, 0]
     plan = plan_reference_prefixes(logprobs, [1.0, 0.8, 0.5, 0.25], text, offsets)
     assert (plan[1.0].prefix_len, plan[1.0].surprisal_ratio) == (0, 1.0)
     assert (plan[0.8].prefix_len, plan[0.8].surprisal_ratio) == (2, 0.75)  # t = 1 → forward to 2, S_2/S_0
     assert (plan[0.5].prefix_len, plan[0.5].surprisal_ratio) == (5, 0.5)  # t = 5 is a boundary
-    assert (plan[0.25].prefix_len, plan[0.25].surprisal_ratio) == (6, 0.475)  # t = 8 → back to 6
+    assert (plan[0.25].prefix_len, plan[0.25].surprisal_ratio) == (6, 0.475)  # t = 9 → back to 6
     capped = plan_reference_prefixes(logprobs, [0.5], text, offsets, max_prefix_tokens=4)
     assert (capped[0.5].prefix_len, capped[0.5].surprisal_ratio) == (3, 0.7)
     # No boundary at all → empty prefix.

@@ -19,9 +19,10 @@ from ppm_trl.trainers.arg import SELECTOR_STATE_FILE, ARGTrainer
 
 G, K, BUDGET, MIN_CONTINUATION = 4, 3, 48, 16
 # Byte-level tokenizer: one token per character. Valid prefix cuts (App. E.2: after a sentence end followed by
-# whitespace or after a newline, math closed, `\boxed` left in the suffix): 9, 10, 21, 22.
+# whitespace or after a newline, math closed, a nontrivial suffix holding `\boxed`): 9, 10 — after "So $3+4=7$."
+# the suffix would be the answer alone.
 REFERENCE = "Add them.\nSo $3+4=7$.\n\\boxed{7}"
-CUTS = (9, 10, 21, 22)
+CUTS = (9, 10)
 ASSISTANT = "<|im_start|>assistant\n"
 
 
@@ -238,6 +239,24 @@ def test_ablation_modes(tmp_path, mode):
         assert texts[:G].count("Try \\boxed{7}") == 2 and texts[G:] == ["no idea"] * G
         assert REFERENCE not in texts
     assert trainer.prefix_selector.num_updates == 0  # ablations do not train the selector
+
+
+def test_the_papers_resampling_keeps_every_correct_continuation(tmp_path):
+    """App. G.2: resampling "retains all correct candidate trajectories" — with K = G continuations all correct, the
+    whole all-failure group is replaced, ends all-correct and gets zero advantages (eq. 28 on all-equal rewards);
+    the other group, never rescued, stays as it was (no fallback)."""
+    trainer = _trainer(tmp_path, arg_mode="resampling", arg_max_accepted=None, arg_num_continuations=G)
+    assert trainer.args.arg_max_accepted == G
+    tokenizer = trainer.processing_class
+    calls = script_generation(trainer, lambda prompt, index: "Try \\boxed{7}" if len(calls) == 2 and index < G
+                              else "no idea")
+    outputs = capture_outputs(trainer)
+    trainer.train()
+    texts = [tokenizer.decode(c, skip_special_tokens=True) for _, c in _rows(outputs[0], tokenizer)]
+    assert calls == [8, 2 * G]
+    assert texts == ["Try \\boxed{7}"] * G + ["no idea"] * G
+    assert outputs[0]["advantages"].abs().max().item() == 0.0
+    assert trainer.state.log_history[0]["arg/replaced_share"] == pytest.approx(G / 8)
 
 
 def test_long_reference_keeps_the_budget(tmp_path):

@@ -82,6 +82,21 @@ def test_arg_max_accepted_follows_num_generations_unless_set(tmp_path, generatio
     assert config.arg_max_accepted == accepted  # the paper's 4, leaving one original failure in the group
 
 
+@pytest.mark.parametrize("generations", [2, 8, 16])
+def test_the_papers_resampling_baseline_keeps_every_correct_candidate_unless_capped(tmp_path, generations):
+    # ARG App. G.2: resampling "retains all correct candidate trajectories" — no cap of 4, no surviving failure.
+    from ppm_trl import ARGConfig
+
+    config = ARGConfig(output_dir=str(tmp_path), num_generations=generations, per_device_train_batch_size=16,
+                       arg_mode="resampling", **CPU)
+    assert (config.arg_max_accepted, config.arg_max_empty_prefix) == (generations, generations)
+    capped = ARGConfig(output_dir=str(tmp_path), num_generations=8, arg_mode="resampling", arg_max_accepted=3, **CPU)
+    assert (capped.arg_max_accepted, capped.arg_max_empty_prefix) == (3, 3)
+    assert ARGConfig(output_dir=str(tmp_path), num_generations=8, **CPU).arg_max_empty_prefix == 4  # ARG: Table 3
+    with pytest.raises(ValueError, match=r"arg_max_accepted must lie in \[1, num_generations = 8\] with arg_mode=resampling"):
+        ARGConfig(output_dir=str(tmp_path), num_generations=8, arg_mode="resampling", arg_max_accepted=9, **CPU)
+
+
 def test_arg_max_accepted_set_too_high_is_still_an_error(tmp_path):
     from ppm_trl import ARGConfig
 

@@ -32,9 +32,10 @@ from ppm_trl.guidance import (
     selector_feedback,
 )
 
-REFERENCE = "One. Two. \\boxed{3}"
-OFFSETS = [(0, 3), (3, 4), (4, 5), (5, 8), (8, 9), (9, 10), (10, 16), (16, 17), (17, 18), (18, 19)]  # cuts 2, 3, 5, 6
-LOGPROBS = [-2.0, -0.5, -0.5, -1.0, -1.0, -0.25, -0.25, -0.5, -2.0, -2.0]  # S = 10, 8, 7.5, 7, 6, 5, 4.75, ...
+REFERENCE = "One. Two. So \\boxed{3}"  # as in test_arg_core.test_plan_reference_prefixes_by_hand
+OFFSETS = [(0, 3), (3, 4), (4, 5), (5, 8), (8, 9), (9, 10), (10, 12), (12, 13), (13, 19), (19, 20), (20, 21),
+           (21, 22)]  # cuts 2, 3, 5, 6
+LOGPROBS = [-2.0, -0.5, -0.5, -1.0, -1.0, -0.25, -0.25, -0.5, -1.0, -1.0, -1.0, -1.0]  # S = 10, 8, 7.5, 7, 6, 5, ...
 CAPS = dict(max_accepted=2, max_empty=2, max_guided=1)
 
 

@@ -49,8 +49,12 @@ class ARGConfig(WholeGroupBatches, GRPOConfig):
     arg_max_accepted: int | None = field(
         default=None,
         metadata={"help": "At most this many inserted trajectories per group. Default: the paper's 4 (of G = 8), at "
-                  "most num_generations - 1 (one original failure stays in the group)."})
-    arg_max_empty_prefix: int = field(default=4, metadata={"help": "Cap on accepted empty-prefix candidates."})
+                  "most num_generations - 1 (one original failure stays in the group); with arg_mode=resampling, "
+                  "num_generations (App. G.2: resampling 'retains all correct candidate trajectories')."})
+    arg_max_empty_prefix: int | None = field(
+        default=None,
+        metadata={"help": "Cap on accepted empty-prefix candidates. Default: 4 (Table 3); with arg_mode=resampling, "
+                  "arg_max_accepted (no cap of its own: every candidate has the empty prefix)."})
     arg_max_guided: int = field(default=1, metadata={"help": "Cap on accepted non-empty-prefix candidates."})
     arg_selector_epsilon: float = field(default=0.2, metadata={"help": "ε, uniform mixing of the selector."})
     arg_selector_lr: float = field(default=0.3, metadata={"help": "η, the selector's REINFORCE step size."})
@@ -59,8 +63,8 @@ class ARGConfig(WholeGroupBatches, GRPOConfig):
         default="arg",
         metadata={
             "help": "`arg`; `reference_insertion` (ablation §5.3: insert the reference, no continuations); "
-            "`resampling` (ablation §5.3: all K continuations from the empty prefix, correct ones accepted under the "
-            "same caps, no reference fallback)."
+            "`resampling` (ablation §5.3, App. G.2: all K continuations from the empty prefix, every correct one "
+            "accepted — caps default to num_generations — no reference fallback)."
         },
     )
     surprisal_weighting: bool = field(
@@ -97,11 +101,20 @@ class ARGConfig(WholeGroupBatches, GRPOConfig):
         PrefixSelector(self.arg_levels, self.arg_selector_epsilon, self.arg_selector_lr, self.arg_baseline_rate)
         if self.arg_num_continuations < 1:
             raise ValueError(f"arg_num_continuations must be >= 1, got {self.arg_num_continuations}")
+        # App. G.2's resampling baseline keeps every correct candidate (a group may end all-correct: zero advantages,
+        # as eq. 28 gives); ARG itself keeps at least one original failure.
+        resampling = self.arg_mode == GuidanceMode.RESAMPLING.value
+        most = self.num_generations if resampling else self.num_generations - 1
         if self.arg_max_accepted is None:
-            self.arg_max_accepted = min(ARG_MAX_ACCEPTED, self.num_generations - 1)
-        if not 1 <= self.arg_max_accepted < self.num_generations:
+            self.arg_max_accepted = most if resampling else min(ARG_MAX_ACCEPTED, most)
+        if self.arg_max_empty_prefix is None:
+            self.arg_max_empty_prefix = self.arg_max_accepted if resampling else ARG_MAX_ACCEPTED
+        if not 1 <= self.arg_max_accepted <= most:
+            if resampling:
+                raise ValueError(f"arg_max_accepted must lie in [1, num_generations = {most}] with arg_mode=resampling, "
+                                 f"got {self.arg_max_accepted}: an inserted trajectory replaces an original failure")
             raise ValueError(
-                f"arg_max_accepted must lie in [1, num_generations - 1 = {self.num_generations - 1}], got "
+                f"arg_max_accepted must lie in [1, num_generations - 1 = {most}], got "
                 f"{self.arg_max_accepted}: at least one original failure must stay in the group, or an all-correct "
                 "group has zero advantages (paper: 4 of G = 8)"
             )

@@ -26,7 +26,7 @@ class GuidanceMode(str, Enum):
 
     ARG = "arg"  # selector levels → surprisal prefixes → continuations; reference fallback; the selector learns
     REFERENCE_INSERTION = "reference_insertion"  # no continuations: the reference replaces one failure
-    RESAMPLING = "resampling"  # K continuations from the empty prefix, accepted under the same caps; no fallback
+    RESAMPLING = "resampling"  # K continuations from the empty prefix, every correct one kept (App. G.2); no fallback
 
     @property
     def adaptive(self) -> bool:

@@ -91,8 +91,11 @@ def boundary_char_positions(text: str, answer_marker: str | None = "\\boxed") ->
 
     p is valid when all math delimiters are closed at p, and text[:p], ignoring trailing spaces/tabs, ends with a
     newline, with a sentence end `.`/`!`/`?` followed by whitespace, or with the end of a display formula
-    (`$$…$$`, `\\[…\\]`, `\\begin{…}…\\end{…}`); and the suffix text[p:] keeps the whole final answer: p is at or
-    before the last occurrence of `answer_marker` (default `\\boxed`). With `answer_marker=None` the suffix only
+    (`$$…$$`, `\\[…\\]`, `\\begin{…}…\\end{…}`); and the suffix text[p:] is "nontrivial" and keeps the whole
+    final answer: it holds the last occurrence of `answer_marker` (default `\\boxed`) with a non-space character
+    before it. A suffix that is the boxed answer alone is trivial — "containing the final boxed answer" already rules
+    out an empty one, so "nontrivial" asks for more: some of the solution left for the policy to write before the
+    answer (a continuation of the answer alone only restates what the prefix holds). With `answer_marker=None` the suffix only
     has to contain a non-space character. A reference without the marker is a ValueError (the paper drops
     references that do not end in the boxed gold answer, App. E.1).
     """
@@ -105,6 +108,7 @@ def boundary_char_positions(text: str, answer_marker: str | None = "\\boxed") ->
                 f"reference has no final answer marker {answer_marker!r}: the prefix must leave the final answer "
                 "in the suffix (App. E.2); give the reference a boxed answer or pass answer_marker=None"
             )
+        limit = len(text[:limit].rstrip()) - 1  # the last non-space character before the marker stays in the suffix
     closed, display_end = _math_scan(text)
     positions = []
     for p in range(1, min(limit, len(text) - 1) + 1):
