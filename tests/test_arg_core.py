@@ -271,7 +271,7 @@ def test_prefix_budget():
 
 def test_plan_reference_prefixes_by_hand():
     text = "One. Two. So \\boxed{3}"
-    offsets = _tokenise(text)  # One . ␣ Two . ␣ So ␣ \boxed { 3 }: valid cuts [2, 3, 5, 6] ("So" is left to the policy)
+    offsets = _tokenise(text)  # One . ␣ Two . ␣ So ␣ \boxed { 3 }: cuts [2, 3, 5, 6] ("So" is left to the policy)
     logprobs = [-2.0, -0.5, -0.5, -1.0, -1.0, -0.25, -0.25, -0.5, -1.0, -1.0, -1.0, -1.0]
     # S = [10, 8, 7.5, 7, 6, 5, 4.75, 4.5, 4, 3, 2, 1, 0]
     plan = plan_reference_prefixes(logprobs, [1.0, 0.8, 0.5, 0.25], text, offsets)

@@ -111,8 +111,9 @@ class ARGConfig(WholeGroupBatches, GRPOConfig):
             self.arg_max_empty_prefix = self.arg_max_accepted if resampling else ARG_MAX_ACCEPTED
         if not 1 <= self.arg_max_accepted <= most:
             if resampling:
-                raise ValueError(f"arg_max_accepted must lie in [1, num_generations = {most}] with arg_mode=resampling, "
-                                 f"got {self.arg_max_accepted}: an inserted trajectory replaces an original failure")
+                raise ValueError(f"arg_max_accepted must lie in [1, num_generations = {most}] with "
+                                 f"arg_mode=resampling, got {self.arg_max_accepted}: an inserted trajectory replaces "
+                                 "an original failure")
             raise ValueError(
                 f"arg_max_accepted must lie in [1, num_generations - 1 = {most}], got "
                 f"{self.arg_max_accepted}: at least one original failure must stay in the group, or an all-correct "

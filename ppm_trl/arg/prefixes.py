@@ -95,8 +95,8 @@ def boundary_char_positions(text: str, answer_marker: str | None = "\\boxed") ->
     final answer: it holds the last occurrence of `answer_marker` (default `\\boxed`) with a non-space character
     before it. A suffix that is the boxed answer alone is trivial — "containing the final boxed answer" already rules
     out an empty one, so "nontrivial" asks for more: some of the solution left for the policy to write before the
-    answer (a continuation of the answer alone only restates what the prefix holds). With `answer_marker=None` the suffix only
-    has to contain a non-space character. A reference without the marker is a ValueError (the paper drops
+    answer (a continuation of the answer alone only restates what the prefix holds). With `answer_marker=None` the
+    suffix only has to contain a non-space character. A reference without the marker is a ValueError (the paper drops
     references that do not end in the boxed gold answer, App. E.1).
     """
     if answer_marker is None:
