@@ -93,7 +93,7 @@ def test_the_papers_resampling_baseline_keeps_every_correct_candidate_unless_cap
     capped = ARGConfig(output_dir=str(tmp_path), num_generations=8, arg_mode="resampling", arg_max_accepted=3, **CPU)
     assert (capped.arg_max_accepted, capped.arg_max_empty_prefix) == (3, 3)
     assert ARGConfig(output_dir=str(tmp_path), num_generations=8, **CPU).arg_max_empty_prefix == 4  # ARG: Table 3
-    with pytest.raises(ValueError, match=r"must lie in \[1, num_generations = 8\] with arg_mode=resampling"):
+    with pytest.raises(ValueError, match=r"must lie in \[1, num_generations = 8\], got 9: with arg_mode=resampling"):
         ARGConfig(output_dir=str(tmp_path), num_generations=8, arg_mode="resampling", arg_max_accepted=9, **CPU)
 
 

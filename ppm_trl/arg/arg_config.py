@@ -110,15 +110,11 @@ class ARGConfig(WholeGroupBatches, GRPOConfig):
         if self.arg_max_empty_prefix is None:
             self.arg_max_empty_prefix = self.arg_max_accepted if resampling else ARG_MAX_ACCEPTED
         if not 1 <= self.arg_max_accepted <= most:
-            if resampling:
-                raise ValueError(f"arg_max_accepted must lie in [1, num_generations = {most}] with "
-                                 f"arg_mode=resampling, got {self.arg_max_accepted}: an inserted trajectory replaces "
-                                 "an original failure")
-            raise ValueError(
-                f"arg_max_accepted must lie in [1, num_generations - 1 = {most}], got "
-                f"{self.arg_max_accepted}: at least one original failure must stay in the group, or an all-correct "
-                "group has zero advantages (paper: 4 of G = 8)"
-            )
+            bound, why = (("num_generations", "with arg_mode=resampling, an inserted trajectory replaces an original "
+                           "failure") if resampling else
+                          ("num_generations - 1", "at least one original failure must stay in the group, or an "
+                           "all-correct group has zero advantages (paper: 4 of G = 8)"))
+            raise ValueError(f"arg_max_accepted must lie in [1, {bound} = {most}], got {self.arg_max_accepted}: {why}")
         if self.arg_max_empty_prefix < 0 or self.arg_max_guided < 0:
             raise ValueError(
                 f"arg_max_empty_prefix and arg_max_guided must be >= 0, got {self.arg_max_empty_prefix}, "
