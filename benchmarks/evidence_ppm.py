@@ -90,15 +90,21 @@ def ppm_robust_part(args, summary: dict, tables: list[str]) -> None:
     tried = {}
     for sft_steps in args.robust_sft_steps:
         label = "" if sft_steps == recipe_steps else f"_sft{sft_steps}"
-        path, fingerprint, profile = pinned_warm_start(args, env, profile_horizons, label, max_steps=sft_steps)
+        # a candidate whose stored profile has no cliff is not rebuilt (each is ~20 min of SFT on a fresh machine)
+        path, fingerprint, profile = pinned_warm_start(
+            args, env, profile_horizons, label, profile_only=True, max_steps=sft_steps
+        )
         chosen, reasons = choose_horizons({n: first_line_only(profile[n]) for n in profile_horizons})
+        used = chosen["cliff"] is not None or args.quick
+        if used and not path and not args.plan_only:
+            path, _, _ = pinned_warm_start(args, env, profile_horizons, label, max_steps=sft_steps)
         tried[str(sft_steps)] = {
             "warm_start_fingerprint": fingerprint,
             "cliff": chosen["cliff"],
             "profile": {str(k): profile[k] for k in profile_horizons},
             "horizon_reasons": reasons,
         }
-        if chosen["cliff"] is not None or args.quick:
+        if used:
             break
     robust = {
         "task": env,

@@ -278,9 +278,12 @@ def best_note(info: dict) -> str:
     return note
 
 
-def pinned_warm_start(args, env: str, horizons: list[int], label: str = "", **overrides) -> tuple[str, str, dict]:
+def pinned_warm_start(
+    args, env: str, horizons: list[int], label: str = "", profile_only: bool = False, **overrides
+) -> tuple[str, str, dict]:
     """(path, fingerprint, profile by n) of `env`'s recipe warm start (with `overrides`, whose profile file carries
-    `label`); the profile is cached next to the runs."""
+    `label`); the profile is cached next to the runs. `profile_only`: a stored profile is enough (path ""), as under
+    --plan; the warm start is built only when no profile of it is stored."""
     settings = WarmStartSettings.for_env(env, **overrides)
     if args.quick:
         settings = WarmStartSettings(
@@ -291,7 +294,7 @@ def pinned_warm_start(args, env: str, horizons: list[int], label: str = "", **ov
     if os.path.exists(profile_file):
         with open(profile_file) as handle:
             stored = json.load(handle)
-        if args.plan_only and all(str(n) in stored["profile"] for n in horizons):
+        if (args.plan_only or profile_only) and all(str(n) in stored["profile"] for n in horizons):
             # --plan / --summarize-only read the runs of the warm start they were measured on; nothing is built
             # (runs measured under other kernels stay readable).
             profile = {int(n): v for n, v in stored["profile"].items()}

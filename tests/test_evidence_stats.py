@@ -183,3 +183,58 @@ def test_a_rerun_is_judged_on_every_number_the_stored_run_has():
     assert differences(stored, lost) == ["train_logs[0].loss: stored 1.0, rerun None"]
     shorter = {**rerun, "history": []}
     assert differences(stored, shorter) == ["history: 1 entries stored, 0 rerun"]
+
+
+def test_a_stored_profile_spares_the_build_only_where_asked(tmp_path, monkeypatch):
+    import json
+
+    import evidence
+    import evidence_protocol
+
+    built = []
+    monkeypatch.setattr(evidence_protocol, "warm_start", lambda settings, **_: built.append(settings) or "/ws")
+    monkeypatch.setattr(evidence_protocol, "read_manifest", lambda path: {"weights_digest": "f" * 16})
+    args = evidence.parse_args(["--output-dir", str(tmp_path)])
+    entry = {"all_correct": 0.1, "per_subproblem": 0.5, "per_point": [0.5]}
+    (tmp_path / "profile_chain_add_sft1400.json").write_text(
+        json.dumps({"fingerprint": "f" * 16, "profile": {"2": entry, "3": entry}}))
+    assert evidence_protocol.pinned_warm_start(args, "chain_add", [2, 3], "_sft1400", profile_only=True,
+                                               max_steps=1400) == ("", "f" * 16, {2: entry, 3: entry})
+    assert built == []
+    # Not asked (a run needs the checkpoint): built, checked against the stored fingerprint, profile not redone.
+    assert evidence_protocol.pinned_warm_start(args, "chain_add", [2, 3], "_sft1400", max_steps=1400)[0] == "/ws"
+    assert [s.max_steps for s in built] == [1400]
+    # A horizon the stored profile lacks: the warm start is built (and profiled) even when a profile is enough.
+    monkeypatch.setattr(evidence_protocol, "profile_warm_start", lambda path, env, ns, size: {n: entry for n in ns})
+    assert evidence_protocol.pinned_warm_start(args, "chain_add", [2, 4], "_sft1400", profile_only=True,
+                                               max_steps=1400)[0] == "/ws"
+    assert len(built) == 2
+
+
+def test_robust_start_builds_only_the_candidate_it_uses(tmp_path, monkeypatch):
+    import evidence
+    import evidence_ppm
+
+    calls, used = [], {}
+    stored = {1400, 1300}  # candidates profiled by an earlier session; 1350 never was
+
+    def fake_pinned_warm_start(args, env, horizons, label="", profile_only=False, max_steps=None):
+        calls.append((max_steps, profile_only))
+        path = "" if profile_only and max_steps in stored else f"/ws/{max_steps}"
+        return path, f"fp{max_steps}", {n: {"cliff": 4 if max_steps == 1300 else None} for n in horizons}
+
+    monkeypatch.setattr(evidence_ppm, "pinned_warm_start", fake_pinned_warm_start)
+    monkeypatch.setattr(evidence_ppm, "choose_horizons",
+                        lambda profile: ({"cliff": next(iter(profile.values()))["cliff"]}, {}))
+    monkeypatch.setattr(evidence_ppm, "Runner", lambda args, env, path, name: used.setdefault("path", path))
+    monkeypatch.setattr(evidence_ppm, "compare", lambda *a, **k: {})
+    args = evidence.parse_args(["--output-dir", str(tmp_path), "--robust-sft-steps", "1400", "1300", "1350"])
+    summary = {}
+    evidence_ppm.ppm_robust_part(args, summary, [])
+    # 1400 has no cliff: read from its stored profile, never built; 1300 has one: built, and its checkpoint used.
+    assert calls == [(1400, True), (1300, True), (1300, False)]
+    assert used["path"] == "/ws/1300"
+    robust = summary["ppm_robust"]
+    assert robust["sft_steps"] == 1300 and robust["cliff"] == 4 and robust["warm_start_fingerprint"] == "fp1300"
+    assert list(robust["warm_starts_tried"]) == ["1400", "1300"]
+    assert robust["warm_starts_tried"]["1400"]["warm_start_fingerprint"] == "fp1400"
