@@ -1,6 +1,7 @@
 """Does a warm start come out the same on every x86-64 CPU, and what does the kernel pin cost? (issue 40, item 0)
 
     python benchmarks/kernel_pinning.py --parts identity    # benchmarks/results/kernel_pinning.json; ~15 min, 1 core
+    python benchmarks/kernel_pinning.py --parts ops         # elementwise ops under the pin, per CPU (~2 min)
     python benchmarks/kernel_pinning.py --parts cost        # on otherwise idle cores (timings)
     python benchmarks/kernel_pinning.py --quick             # smoke (CI): tiny build, native only, no timing
 
@@ -12,6 +13,10 @@ CPU chooses them, pinned, and with the AVX2-level pin that `kernels` rejected (A
 The weights digest of each build is reported: a choice holds where all its rows have one digest. (qemu does not
 emulate AVX-512, and its reciprocal-square-root estimates are exact where hardware's are approximate: the emulated
 rows stand for other CPUs as far as the kernels they pick.)
+
+**Ops.** Under the pin, natively and under each emulated CPU: a digest of what each of a list of elementwise ops
+returns on one fixed input, and how many of `torch.sqrt`'s results are not IEEE square roots (numpy's). An op whose
+digest differs between CPUs is one the pin does not make CPU-independent (MKL's vector-math sqrt, acos, atan).
 
 **Cost.** Natively, alternating (`--repeats` each): the SFT seconds per step of a warm-start build, and the seconds
 of a short RL run (`--rl-steps` steps of line-segment PPM at n = `--rl-n` with its evaluations) from one fixed
@@ -56,6 +61,21 @@ with tempfile.TemporaryDirectory() as scratch:
 print("RESULT " + json.dumps({"train_seconds": result["train_seconds"], "kernels": kernels_in_use(),
                               "last": result["history"][-1]["all_correct"]}))
 """
+# Elementwise ops on one fixed input under this process's kernels: a digest per op, and how many of torch.sqrt's
+# results are not the IEEE square root (numpy's); `group_std` is GRPO's sqrt of the variances of 0/1 rewards, G = 8.
+OPS = """
+import hashlib, json, numpy, torch
+NAMES = ["sqrt", "rsqrt", "exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "acos",
+         "asin", "atan", "log2", "log10", "reciprocal"]
+torch.manual_seed(0)
+x = torch.rand(4096) * 0.9 + 0.05
+outputs = {name: getattr(torch, name)(x) for name in NAMES}
+outputs.update(pow_half=x.pow(0.5), softmax=torch.softmax(x.view(64, 64), -1), std=x.view(64, 64).std(1),
+               group_std=torch.sqrt(torch.tensor([k * (8 - k) / 56 for k in range(1, 8)])))
+digest = {name: hashlib.sha256(y.numpy().tobytes()).hexdigest()[:16] for name, y in outputs.items()}
+not_ieee = int((outputs["sqrt"].numpy() != numpy.sqrt(x.numpy())).sum())
+print("RESULT " + json.dumps({"digests": digest, "sqrt_not_ieee": not_ieee, "inputs": x.numel()}))
+"""
 LEVELS = ["default", "avx2", "avx512"]
 NO_AVX2 = {"Nehalem", "Westmere", "SandyBridge", "IvyBridge", "qemu64", "Opteron_G3"}
 
@@ -75,7 +95,7 @@ def parse_args(argv=None):
     parser.add_argument("--repeats", type=int, default=2, help="Timed runs per kernel choice (alternating).")
     parser.add_argument("--json", default=None, help="Default: benchmarks/results/kernel_pinning.json (--quick: a "
                         "temporary file).")
-    parser.add_argument("--parts", nargs="+", choices=["identity", "cost"], default=["identity", "cost"],
+    parser.add_argument("--parts", nargs="+", choices=["identity", "ops", "cost"], default=["identity", "ops", "cost"],
                         help="What to measure; a part not run keeps what --json already holds for it.")
     parser.add_argument("--quick", action="store_true", help="Smoke: a tiny build, native only, no timing.")
     args = parser.parse_args(argv)
@@ -148,6 +168,18 @@ def identity(args) -> list[dict]:
     return rows
 
 
+def ops(args) -> dict:
+    """The OPS digests under the pin, natively and under each emulated CPU, and the ops whose digests differ."""
+    cpus = [("native", None)] + [(f"qemu {cpu}", cpu) for cpu in args.emulate if shutil.which("qemu-x86_64")]
+    rows = {name: run_child(OPS, [], environment(None, "pinned"), emulate) for name, emulate in cpus}
+    names = next(iter(rows.values()))["digests"]
+    differ = sorted(op for op in names if len({row["digests"][op] for row in rows.values()}) > 1)
+    for name, row in rows.items():
+        print(f"  {name}: torch.sqrt not IEEE on {row['sqrt_not_ieee']} of {row['inputs']}", flush=True)
+    print(f"  ops whose results differ between these CPUs under the pin: {differ or 'none'}", flush=True)
+    return {"by_cpu": rows, "differ_across_cpus": differ}
+
+
 def slim(manifest: dict) -> dict:
     return {"aten": manifest["kernels"]["aten"], "mkl_cbwr": manifest["kernels"]["mkl_cbwr"],
             "digest": manifest["weights_digest"], "seconds": round(manifest["seconds"], 1)}
@@ -193,6 +225,9 @@ def main(argv=None) -> dict:
                        digests_by_choice={choice: sorted({r["digest"] for r in rows if r["choice"] == choice})
                                           for choice in CHOICES})
         results["pinned_digests"] = results["digests_by_choice"]["pinned"]
+    if "ops" in args.parts:
+        print("ops: elementwise ops under the pin, per CPU", flush=True)
+        results["ops"] = ops(args)
     if "cost" in args.parts:
         from ppm_trl.demo.warmstart import WarmStartSettings, warm_start
 

@@ -92,6 +92,19 @@ def test_a_warm_start_has_one_digest_under_every_dispatch_level(tmp_path):
     pinned = {level: _build(tmp_path, level, "pinned") for level in levels}
     assert {m["weights_digest"] for m in pinned.values()} == {pinned[levels[0]]["weights_digest"]}, pinned
     assert all(m["kernels"] == {"aten": "DEFAULT", "mkl_cbwr": "COMPATIBLE,STRICT"} for m in pinned.values())
+    assert all(m["cpu"] == kernels.cpu_model() for m in pinned.values())  # the manifest says which CPU built it
     unpinned = {level: _build(tmp_path, level, "unpinned") for level in (levels[0], levels[-1])}
     assert unpinned[levels[0]]["kernels"]["aten"] == "DEFAULT" and unpinned[levels[-1]]["kernels"]["aten"] != "DEFAULT"
     assert unpinned[levels[0]]["weights_digest"] != unpinned[levels[-1]]["weights_digest"], unpinned
+
+
+def test_cpu_model_names_the_vendor_and_model_of_the_first_cpu():
+    """Run files and warm-start manifests record the CPU: under the pin a result can still depend on its vendor
+    (MKL's sqrt, BENCHMARKS.md "On another CPU")."""
+    two_cpus = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9B14\nflags\t\t: fpu sse2\n\n"
+                "processor\t: 1\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\n")
+    assert kernels.cpu_model(two_cpus) == "AuthenticAMD: AMD EPYC 9B14"
+    assert kernels.cpu_model("processor\t: 0\nmodel name\t: Some CPU\n") == "Some CPU"  # no vendor_id line
+    assert kernels.cpu_model("") == (platform.processor() or platform.machine())
+    if os.path.exists("/proc/cpuinfo"):
+        assert kernels.cpu_model().split(": ")[0] in open("/proc/cpuinfo").read()

@@ -6,11 +6,17 @@ steps of a tiny model the difference is another checkpoint (an AVX-512 Xeon buil
 digest than the AMD machine the reference numbers come from). `PINNED_KERNELS` fixes both at the level every x86-64
 CPU has: ATen's baseline (`default`, SSE2) kernels and MKL's `COMPATIBLE` branch of Conditional Numerical
 Reproducibility, STRICT (results independent of memory alignment). Measured (`benchmarks/kernel_pinning.py`,
-BENCHMARKS.md "Numbers on any x86-64 CPU"): one digest natively at every ATen level of an AVX-512 AMD CPU and
+BENCHMARKS.md "Numbers across x86-64 CPUs"): one digest natively at every ATen level of an AVX-512 AMD CPU and
 under emulated Intel (Nehalem, Haswell) and AMD (EPYC) CPUs, where their own kernels gave five different ones. The
 cost is time: an SFT step of a warm start takes 2.15x as long, an RL step 1.56x. ATen's AVX2 kernels with MKL's
 AVX2 branch do not hold across vendors (an emulated Intel CPU built another digest than native and emulated AMD ones)
 and crash a CPU without AVX2.
+
+What the pin does not cover: MKL's vector-math `sqrt`, `acos` and `atan` (which `torch.sqrt` and `pow(x, 0.5)` use
+on CPU) differ between a real Intel Xeon and any emulated CPU in the `COMPATIBLE` branch too, so they rest on an
+instruction whose low bits are the CPU's own; a GRPO run, whose group std goes through `torch.sqrt`, then differs
+between an Intel and an AMD CPU from its first step (BENCHMARKS.md "On another CPU"). Warm starts (fused AdamW, no
+`torch.sqrt`) keep one digest; run files and manifests record `cpu_model()`.
 
 Both settings are read once per process (ATen's at its first dispatched kernel, MKL's at its first call), so they
 must be in the environment before torch computes anything: command-line entry points re-execute themselves with
@@ -37,6 +43,23 @@ def kernels_in_use() -> dict[str, str | None]:
     import torch
 
     return {"aten": torch.backends.cpu.get_cpu_capability(), "mkl_cbwr": os.environ.get("MKL_CBWR")}
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """"<vendor_id>: <model name>" of this machine's first CPU (`/proc/cpuinfo`; `platform.processor()` elsewhere).
+    Run files record it: under the pin a number can still depend on the CPU's vendor (module docstring)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as handle:
+                cpuinfo = handle.read()
+        except OSError:
+            return platform.processor() or platform.machine()
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    vendor, model = fields.get("vendor_id", ""), fields.get("model name", "")
+    return ": ".join(part for part in (vendor, model) if part) or platform.processor() or platform.machine()
 
 
 def kernels_pinned() -> bool:
@@ -70,5 +93,5 @@ def pin_kernels() -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**pinned_environ(), _REEXECUTED: "1"})
 
 
-__all__ = ["PINNED_KERNELS", "cpu_supports_pinned_kernels", "kernels_in_use", "kernels_pinned", "pin_kernels",
-           "pinned_environ"]
+__all__ = ["PINNED_KERNELS", "cpu_model", "cpu_supports_pinned_kernels", "kernels_in_use", "kernels_pinned",
+           "pin_kernels", "pinned_environ"]

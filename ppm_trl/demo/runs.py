@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from .kernels import kernels_in_use
+from .kernels import cpu_model, kernels_in_use
 from .warmstart import completion_budget, deterministic_cpu, evaluate_pass_at_k, evaluate_policy, load_policy
 
 KEPT_COMPLETIONS = 16  # completions of the last evaluation kept in a run's history (T = 1 and greedy)
@@ -288,7 +288,7 @@ def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str
     trainer.train()
     bar.close()
     result = {"spec": asdict(spec), "history": history, "train_logs": train_logs,
-              "train_seconds": time.time() - start, "kernels": kernels_in_use()}
+              "train_seconds": time.time() - start, "kernels": kernels_in_use(), "cpu": cpu_model()}
     if save_dir is not None:
         trainer.model.save_pretrained(save_dir)
         tokenizer.save_pretrained(save_dir)

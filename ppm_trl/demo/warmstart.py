@@ -26,7 +26,14 @@ import torch
 
 from ..evaluation import sample_completions
 from ..quiet import datasets_progress_bars_off
-from .kernels import PINNED_KERNELS, cpu_supports_pinned_kernels, kernels_in_use, kernels_pinned, pinned_environ
+from .kernels import (
+    PINNED_KERNELS,
+    cpu_model,
+    cpu_supports_pinned_kernels,
+    kernels_in_use,
+    kernels_pinned,
+    pinned_environ,
+)
 
 WARMSTART_VERSION = 3  # bump when the recipe changes, so old caches are not reused
 # v2: a fixed number of SFT steps (no accuracy probe), one thread, deterministic algorithms, a stored fingerprint.
@@ -102,7 +109,7 @@ ENV_RECIPES: dict[str, dict] = {
 
 # The weights digest (`weights_digest`) each recipe gave on the reference machine (2-core AMD EPYC VM with AVX-512,
 # torch 2.13.0 CPU, the pins of constraints/tested.txt), under the pinned kernels (`kernels.PINNED_KERNELS`), which
-# give the same digest on every x86-64 CPU measured (BENCHMARKS.md "Numbers on any x86-64 CPU"). A build that differs
+# give the same digest on every x86-64 CPU measured (BENCHMARKS.md "Numbers across x86-64 CPUs"). A build that differs
 # (another torch or MKL build, a CPU that is not x86-64) is kept but reported.
 REFERENCE_DIGESTS: dict[str, str] = {
     "b7ce6d512aa86574": "4d023b9e4af2af9a",  # multi_add, seed 0 (the demo's and the benchmarks' warm start)
@@ -306,7 +313,7 @@ def build_warm_start(settings: WarmStartSettings, path: str, progress: bool = Tr
         with open(os.path.join(staging, "warmstart.json"), "w") as handle:
             json.dump({"version": WARMSTART_VERSION, **asdict(settings), "key": settings.key(),
                        "steps_trained": trainer.state.global_step, "weights_digest": digest,
-                       "torch": torch.__version__, "kernels": kernels_in_use()}, handle, indent=2)
+                       "torch": torch.__version__, "kernels": kernels_in_use(), "cpu": cpu_model()}, handle, indent=2)
     except BaseException:  # Ctrl-C or a failure: nothing half-built stays in the cache
         shutil.rmtree(staging, ignore_errors=True)
         raise
