@@ -14,9 +14,9 @@ and crash a CPU without AVX2.
 
 What the pin does not cover: MKL's vector-math `sqrt`, `acos` and `atan` (which `torch.sqrt` and `pow(x, 0.5)` use
 on CPU) differ between a real Intel Xeon and any emulated CPU in the `COMPATIBLE` branch too, so they rest on an
-instruction whose low bits are the CPU's own; a GRPO run, whose group std goes through `torch.sqrt`, then differs
-between an Intel and an AMD CPU from its first step (BENCHMARKS.md "On another CPU"). Warm starts (fused AdamW, no
-`torch.sqrt`) keep one digest; run files and manifests record `cpu_model()`.
+instruction whose low bits are the CPU's own; a GRPO run, whose group std goes through `torch.sqrt`, differed
+between an Intel and an AMD CPU within its first ten steps (BENCHMARKS.md "On another CPU"). Warm starts (fused
+AdamW, RMSNorm's `rsqrt`) kept one digest on both; run files and manifests record `cpu_model()`.
 
 Both settings are read once per process (ATen's at its first dispatched kernel, MKL's at its first call), so they
 must be in the environment before torch computes anything: command-line entry points re-execute themselves with
@@ -47,7 +47,7 @@ def kernels_in_use() -> dict[str, str | None]:
 
 def cpu_model(cpuinfo: str | None = None) -> str:
     """"<vendor_id>: <model name>" of this machine's first CPU (`/proc/cpuinfo`; `platform.processor()` elsewhere).
-    Run files record it: under the pin a number can still depend on the CPU's vendor (module docstring)."""
+    Run files record it: under the pin a number can still depend on the CPU (module docstring)."""
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo") as handle:
