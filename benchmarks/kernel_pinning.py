@@ -62,7 +62,8 @@ print("RESULT " + json.dumps({"train_seconds": result["train_seconds"], "kernels
                               "last": result["history"][-1]["all_correct"]}))
 """
 # Elementwise ops on one fixed input under this process's kernels: a digest per op, and how many of torch.sqrt's
-# results are not the IEEE square root (numpy's); `group_std` is GRPO's sqrt of the variances of 0/1 rewards, G = 8.
+# results are not the IEEE square root (numpy's); `group_std`: the square roots of the exact variances of G = 8 0/1
+# rewards (TRL computes its variances in float32 from the rewards, so its sqrt inputs need not be these).
 OPS = """
 import hashlib, json, numpy, torch
 NAMES = ["sqrt", "rsqrt", "exp", "log", "log1p", "expm1", "tanh", "sigmoid", "erf", "sin", "cos", "tan", "acos",

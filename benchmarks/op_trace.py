@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 
 def trace(variant: str, steps: int, out: str) -> None:
@@ -62,7 +63,7 @@ def trace(variant: str, steps: int, out: str) -> None:
 
 
 def compare(first: str, second: str, json_path: str | None) -> dict:
-    a, b = (open(path).read().splitlines() for path in (first, second))
+    a, b = (Path(path).read_text().splitlines() for path in (first, second))
     parted = []
     for index, (x, y) in enumerate(zip(a, b)):
         if x != y and x.split(" ")[:2] == y.split(" ")[:2]:  # same op, same inputs, other outputs

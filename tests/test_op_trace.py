@@ -42,4 +42,6 @@ def test_ops_part_digests_every_op_under_the_pin():
     assert {"sqrt", "acos", "atan", "exp", "pow_half", "group_std"} <= set(native["digests"])
     assert 0 <= native["sqrt_not_ieee"] <= native["inputs"] == 4096
     assert out["differ_across_cpus"] == []  # one CPU: nothing to differ from
-    assert set(out["mkl_ops"]) <= set(native["digests"])  # the ops MKL's branch changes: a subset of those digested
+    # torch.sqrt is MKL's vector math: switching MKL's branch alone moves it (where the CPU has that branch: AVX2)
+    if "avx2" in open("/proc/cpuinfo").read():
+        assert "sqrt" in out["mkl_ops"] and set(out["mkl_ops"]) <= set(native["digests"])
