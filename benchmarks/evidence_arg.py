@@ -65,7 +65,7 @@ def arg_part(args, summary: dict, tables: list[str]) -> None:
     hard_n = n + 1
     arg = {"task": env, "n": n, "hard_n": hard_n, "warm_start_fingerprint": fingerprint,
            "reporting_seeds": args.arg_seeds, "steps": steps, "profile": profile[n], "hard_profile": profile[hard_n],
-           "diagnosis": DIAGNOSIS}
+           "diagnosis": DIAGNOSIS, "grpo_all_failure_share": {}}
     summary["arg"] = arg
     # The hard regime first: its targets are the part's (issue 40); the main regime's seven arms diagnose. Order
     # changes no number (every run is its own cached spec).
@@ -82,7 +82,7 @@ def arg_part(args, summary: dict, tables: list[str]) -> None:
         arg.update(hard_regime={arm: statistics.fmean(hard_report[arm]["pass@8"]) for arm in HARD_ARMS},
                    hard_rescue_rate={arm: hard_report[arm]["rescue_rate"] for arm in HARD_ARMS if arm != "grpo"},
                    vs_grpo_paired=gap_triple(gap), hard_details=hard_report)
-        arg.setdefault("grpo_all_failure_share", {})["hard"] = hard_report["grpo"]["zero_std_share"]
+        arg["grpo_all_failure_share"]["hard"] = hard_report["grpo"]["zero_std_share"]
         tables.append(f"ARG − GRPO pass@8 at n = {hard_n}, paired by seed: {fmt_gap(gap)}; GRPO's groups with zero "
                       f"reward spread over training (all-failure or all-success): "
                       f"{fmt(hard_report['grpo']['zero_std_share'])}")
@@ -98,7 +98,7 @@ def arg_part(args, summary: dict, tables: list[str]) -> None:
                paper_resampling={"rescue_rate": report_["resampling"]["rescue_rate"],
                                  "pass_at_8": statistics.fmean(report_["resampling"]["pass@8"])},
                details=report_)
-    arg.setdefault("grpo_all_failure_share", {})["main"] = report_["grpo"]["zero_std_share"]
+    arg["grpo_all_failure_share"]["main"] = report_["grpo"]["zero_std_share"]
     plot_arg(args, report_["arg"])
 
 
