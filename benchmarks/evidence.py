@@ -70,10 +70,11 @@ def parse_args(argv=None):
         "--robust-sft-steps",
         type=int,
         nargs="+",
-        default=[1542, 1400, 1300, 1350, 1375, 1325, 1315, 1310],
+        default=[1542, 1400, 1300, 800, 775, 750, 725, 712, 700],
         help="ppm_robust's chain_add warm starts, tried in order: the recipe (1,542 SFT steps), then the "
-        "same recipe stopped earlier, closing in on the jump in which it learns the task (1,400: "
-        "no cliff yet, 1,300: every line a wall); the first whose profile has a cliff is used.",
+        "same recipe stopped earlier, longest first, closing in on the jump in which it learns the task "
+        "(under the kernel pin: 750 steps and more, no cliff, every horizon above 0.1; 700, line 2 right "
+        "0.04 of the time); the first whose profile has a cliff is used.",
     )
     parser.add_argument("--profile-size", type=int, default=256)
     parser.add_argument("--workers", type=int, default=1, help="Runs in parallel (processes, one thread each).")

@@ -4,8 +4,8 @@
   and line segments with the answer line a segment of its own (`LINES`); at the hardest horizon also equal chunks
   and line segments whose answer shares the last line's segment (`lines`, where the answer format was lost).
 * **ppm_robust** on `chain_add`, whose warm start learned from clean references (its cliff is a competence limit):
-  the recipe, or the same SFT stopped earlier, the first whose profile has a cliff (`--robust-sft-steps`); GRPO and
-  line segments at the same horizons.
+  the recipe, or the same SFT stopped earlier (longest first), the first whose profile has a cliff
+  (`--robust-sft-steps`); GRPO and line segments at the same horizons.
 
 Each arm gets its own lr grid at every horizon (issue 40 item 1) and is reported twice: at its own best lr, and
 with every arm at one shared lr (`evidence_stats.shared_lr`). Samples-to-target is censored at the budget and
