@@ -98,6 +98,8 @@ def arg_part(args, summary: dict, tables: list[str]) -> None:
     if "report" not in main:
         return
     report_ = main["report"]
+    # the diagnosis's contrast: the same resampling arm without and with the reference fallback
+    fallback_gap = paired_gap(report_["resampling"]["pass@8"], report_["resampling_fallback"]["pass@8"])
     arg.update(rescue_rate={arm: report_[arm]["rescue_rate"] for arm in ARG_ARMS if arm != "grpo"},
                pass_at_8={arm: statistics.fmean(report_[arm]["pass@8"]) for arm in ARG_ARMS},
                pass_at_8_ci95={arm: rate_interval(report_[arm]["pass@8"])[1] for arm in ARG_ARMS},
@@ -106,12 +108,9 @@ def arg_part(args, summary: dict, tables: list[str]) -> None:
                                      for key in ("pass@1", "pass@8")} for arm in ARG_ARMS if arm != "grpo"},
                paper_resampling={"rescue_rate": report_["resampling"]["rescue_rate"],
                                  "pass_at_8": statistics.fmean(report_["resampling"]["pass@8"])},
-               # the diagnosis's contrast: the same resampling arm without and with the reference fallback
-               fallback_cost_paired=gap_triple(paired_gap(report_["resampling"]["pass@8"],
-                                                          report_["resampling_fallback"]["pass@8"])),
+               fallback_cost_paired=gap_triple(fallback_gap),
                details=report_)
     arg["grpo_all_failure_share"]["main"] = report_["grpo"]["zero_std_share"]
-    fallback_gap = paired_gap(report_["resampling"]["pass@8"], report_["resampling_fallback"]["pass@8"])
     tables.append(f"The paper's resampling − resampling + reference fallback, pass@8 at n = {n}, paired by seed: "
                   f"{fmt_gap(fallback_gap)}")
     plot_arg(args, report_["arg"])
