@@ -48,15 +48,16 @@ DIAGNOSTICS = (("batch share replaced", "arg/inserted_rows"), ("entropy", "entro
                ("inserted: unsampled token share", "arg/inserted_unsampled_token_share"),
                ("inserted: log π unsampled", "arg/inserted_unsampled_logp"),
                ("inserted: log π sampled", "arg/inserted_sampled_logp"))
-# The cause found (issue 40 item 4), from the main regime's reporting runs (the arms' paired gaps, their diagnostics).
+# The cause found (issue 40 item 4), read from the main regime's reporting runs (the arms' paired gaps, their
+# diagnostics); its numbers are filled in from the runs the summary is made of.
 DIAGNOSIS = (
     "the reference rows: at n = 3 every arm that puts reference tokens into a group (a fallback reference, a "
     "reference prefix) ends below GRPO in pass@8, the paper's resampling (no fallback: an unrescued group is left "
-    "unchanged, App. G.2) ends above it, and the same resampling with the reference fallback loses 0.457 pass@8 "
-    "(paired). A reference row turns a group without reward spread (GRPO: 0.75 of its groups) into one with a large "
-    "positive advantage on tokens the policy mostly did not sample and a negative one on each of its own K - 1 "
-    "attempts (eq. 28); the paper's Table 2a has reference insertion below GRPO too. Not a departure from the paper; "
-    "these arms do not separate the two halves of that row."
+    "unchanged, App. G.2) ends above it, and the same resampling with the reference fallback loses {fallback_cost:.3f} "
+    "pass@8 (paired). A reference row turns a group without reward spread (GRPO: {grpo_zero_spread:.2f} of its groups) "
+    "into one with a large positive advantage on tokens the policy mostly did not sample and a negative one on each "
+    "of its own K - 1 attempts (eq. 28); the paper's Table 2a has reference insertion below GRPO too. Not a departure "
+    "from the paper; these arms do not separate the two halves of that row."
 )
 
 
@@ -74,7 +75,7 @@ def arg_part(args, summary: dict, tables: list[str]) -> None:
     hard_n = n + 1
     arg = {"task": env, "n": n, "hard_n": hard_n, "warm_start_fingerprint": fingerprint,
            "reporting_seeds": args.arg_seeds, "steps": steps, "profile": profile[n], "hard_profile": profile[hard_n],
-           "diagnosis": DIAGNOSIS, "grpo_all_failure_share": {}}
+           "diagnosis": None, "grpo_all_failure_share": {}}
     summary["arg"] = arg
     # The hard regime first: its targets are the part's (issue 40); the main regime's seven arms diagnose. Order
     # changes no number (every run is its own cached spec).
@@ -111,6 +112,8 @@ def arg_part(args, summary: dict, tables: list[str]) -> None:
                fallback_cost_paired=gap_triple(fallback_gap),
                details=report_)
     arg["grpo_all_failure_share"]["main"] = report_["grpo"]["zero_std_share"]
+    arg["diagnosis"] = DIAGNOSIS.format(fallback_cost=fallback_gap["mean"],
+                                        grpo_zero_spread=report_["grpo"]["zero_std_share"])
     tables.append(f"The paper's resampling − resampling + reference fallback, pass@8 at n = {n}, paired by seed: "
                   f"{fmt_gap(fallback_gap)}")
     plot_arg(args, report_["arg"])
