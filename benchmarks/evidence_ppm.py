@@ -434,7 +434,8 @@ def comparison_tables(args, out: dict, by_n: dict, arms: dict, title: str) -> li
         f"{fmt(summary_['geometric_mean'], 2)}, log-t 95 % interval "
         f"{'–' if summary_['ci95'] is None else '[{:.2f}, {:.2f}]'.format(*summary_['ci95'])}), "
         f"{summary_['lower_bounds']} lower bounds, {summary_['upper_bounds']} upper bounds, "
-        f"{summary_['censored']} seeds censored on both arms; ratio of Kaplan–Meier medians "
+        f"{summary_['censored']} seeds censored on both arms, {summary_['at_start']} seeds where both arms met the "
+        f"target at step 0 (no ratio); ratio of Kaplan–Meier medians "
         f"{fmt_ratio(out['ratio_median'])}."
     )
     return [main, gaps, reach]

@@ -84,10 +84,17 @@ def ratio_by_seed(slow: list[int | None], fast: list[int | None], budget: int) -
     """Per seed, samples-to-target of `slow` (GRPO) over `fast` (PPM); None = never reached within `budget`.
 
     Both reached: the ratio. Only `fast` reached: {"lower": budget / fast} (the ratio is at least that). Only `slow`
-    reached: {"upper": slow / budget}. Neither: {"censored": True} — the seed stays in the summary, bound-free."""
+    reached: {"upper": slow / budget}. Neither: {"censored": True} — the seed stays in the summary, bound-free. Both
+    at 0 samples: {"at_start": True} — the warm start already meets the target at the first evaluation (the same
+    for both arms: same warm start, prompts and seed), so there is no ratio."""
     out: list[float | dict] = []
     for s, f in zip(slow, fast):
-        if s is not None and f is not None:
+        if 0 in (s, f):
+            if (s, f) != (0, 0):
+                raise ValueError(f"only one arm met the target before training ({s} vs {f} samples): both are "
+                                 "evaluated on the same warm start, prompts and seed at step 0")
+            out.append({"at_start": True})
+        elif s is not None and f is not None:
             out.append(s / f)
         elif f is not None:
             out.append({"lower": budget / f})
@@ -136,6 +143,7 @@ def log_t_ratio(ratios: list[float | dict]) -> dict:
         "lower_bounds": sum(isinstance(r, dict) and "lower" in r for r in ratios),
         "upper_bounds": sum(isinstance(r, dict) and "upper" in r for r in ratios),
         "censored": sum(isinstance(r, dict) and r.get("censored", False) for r in ratios),
+        "at_start": sum(isinstance(r, dict) and r.get("at_start", False) for r in ratios),
         "geometric_mean": None,
         "ci95": None,
     }
@@ -151,6 +159,8 @@ def fmt_ratio(r: float | dict | None) -> str:
         return "both > budget"
     if not isinstance(r, dict):
         return f"{r:.2f}"
+    if r.get("at_start"):
+        return "both at step 0"
     return f"≥ {r['lower']:.2f}" if "lower" in r else f"≤ {r['upper']:.2f}" if "upper" in r else "censored"
 
 

@@ -39,6 +39,20 @@ def test_ratio_by_seed_keeps_every_seed_as_a_value_or_a_bound():
     assert km_ratio([1280, 1280, None], [640, 640, 640], 6400) == 2.0
 
 
+def test_a_target_the_warm_start_already_meets_gives_no_ratio():
+    """At an easy horizon both arms meet the target at the step-0 evaluation (0 samples): no ratio (0 / 0), the seed
+    kept and counted; one arm alone at 0 cannot happen (same warm start, prompts and seed) and is an error."""
+    from evidence_stats import fmt_ratio, km_ratio, log_t_ratio, ratio_by_seed
+
+    ratios = ratio_by_seed([0, 640, 0], [0, 320, 0], 6400)
+    assert ratios == [{"at_start": True}, 2.0, {"at_start": True}]
+    assert fmt_ratio(ratios[0]) == "both at step 0" and km_ratio([0, 0, 640], [0, 0, 320], 6400) == {"at_start": True}
+    summary = log_t_ratio(ratios)
+    assert summary["at_start"] == 2 and summary["exact"] == 1 and summary["geometric_mean"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="only one arm met the target before training"):
+        ratio_by_seed([640], [0], 6400)
+
+
 def test_log_t_ratio_averages_exact_ratios_and_counts_the_bounds():
     from evidence_stats import log_t_ratio
 
