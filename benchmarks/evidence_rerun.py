@@ -5,8 +5,9 @@
 
 Each named run file (relative to `--results-dir`) is trained again under the spec it records, from a warm start that
 this invocation builds in a fresh cache (`--cache-dir`, default a new temporary directory, so nothing a previous
-session left behind is reused); the warm start's fingerprint must equal the one the runs were measured on
-(`profile_<env>.json`). Then every number of the stored evaluation history and training logs must come out exactly
+session left behind is reused) with the settings the runs' folder recorded (`runs/<folder>/` ↔
+`profile_<folder>.json`: `chain_add_sft725` is `chain_add`'s SFT stopped at 725 steps); the warm start's fingerprint
+must equal the one the runs were measured on. Then every number of the stored evaluation history and training logs must come out exactly
 the same, timings aside (a measurement the code added after the run was stored is reported, not compared). Threads
 are pinned to one per run, as the evidence runs were (`OMP_NUM_THREADS=1`): the float results depend on the thread
 count. Exit status 1 if any number differs; a JSON report goes to `--report`.
@@ -77,10 +78,20 @@ def added_keys(stored: dict, rerun: dict) -> list[str]:
                    for a, b in zip(old, _entries(rerun)[key]) for name in set(b) - set(a)})
 
 
-def fingerprint_of(results_dir: str, env: str) -> str:
-    path = os.path.join(results_dir, f"profile_{env}.json")
-    with open(path) as handle:
-        return json.load(handle)["fingerprint"]
+def recorded_warm_start(results_dir: str, folder: str) -> tuple[WarmStartSettings, str]:
+    """(settings, fingerprint) of the warm start the runs of `runs/<folder>/` were measured on (its profile file)."""
+    with open(os.path.join(results_dir, f"profile_{folder}.json")) as handle:
+        profile = json.load(handle)
+    settings = {key: tuple(value) if isinstance(value, list) else value for key, value in profile["settings"].items()}
+    return WarmStartSettings(**settings), profile["fingerprint"]
+
+
+def run_folder(name: str) -> str:
+    """`runs/<folder>/<file>.json` → folder (the warm start's profile is named after it)."""
+    parts = name.split("/")
+    if len(parts) != 3 or parts[0] != "runs":
+        raise SystemExit(f"{name}: expected runs/<folder>/<file>.json")
+    return parts[1]
 
 
 def main(argv=None) -> int:
@@ -96,17 +107,18 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
     models, report = {}, {"commit": commit, "cache_dir": cache, "runs": {}, "warm_starts": {}}
-    for env in sorted({run["env"] for run in stored.values()}):
+    for folder in sorted({run_folder(name) for name in stored}):
         started = time.time()
-        path = warm_start(WarmStartSettings.for_env(env), cache_root=cache, progress=False)
-        built, expected = read_manifest(path)["weights_digest"], fingerprint_of(args.results_dir, env)
-        report["warm_starts"][env] = {"built": built, "stored": expected, "seconds": round(time.time() - started)}
-        print(f"{env}: warm start {built} (runs measured on {expected}) in {time.time() - started:.0f}s", flush=True)
+        settings, expected = recorded_warm_start(args.results_dir, folder)
+        path = warm_start(settings, cache_root=cache, progress=False)
+        built = read_manifest(path)["weights_digest"]
+        report["warm_starts"][folder] = {"built": built, "stored": expected, "seconds": round(time.time() - started)}
+        print(f"{folder}: warm start {built} (runs measured on {expected}) in {time.time() - started:.0f}s", flush=True)
         if built != expected:
-            raise SystemExit(f"{env}: this machine built warm start {built}, the runs were measured on {expected}")
-        models[env] = path
+            raise SystemExit(f"{folder}: this machine built warm start {built}, the runs were measured on {expected}")
+        models[folder] = path
     scratch = tempfile.mkdtemp(prefix="ppm_trl_rerun_runs_")
-    jobs = {name: (models[run["env"]], run["env"], RunSpec(**run["spec"]), args.eval_size, run["eval_role"],
+    jobs = {name: (models[run_folder(name)], run["env"], RunSpec(**run["spec"]), args.eval_size, run["eval_role"],
                    os.path.join(scratch, name.replace("/", "_"))) for name, run in stored.items()}
     reruns = {}
     if args.workers == 1:

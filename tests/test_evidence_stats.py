@@ -252,3 +252,19 @@ def test_robust_start_builds_only_the_candidate_it_uses(tmp_path, monkeypatch):
     assert robust["sft_steps"] == 1300 and robust["cliff"] == 4 and robust["warm_start_fingerprint"] == "fp1300"
     assert list(robust["warm_starts_tried"]) == ["1400", "1300"]
     assert robust["warm_starts_tried"]["1400"]["warm_start_fingerprint"] == "fp1400"
+
+
+def test_a_rerun_builds_the_warm_start_its_runs_folder_recorded():
+    """`runs/chain_add_sft725/` was measured on chain_add's SFT stopped at 725 steps, not on the recipe's 1,542: the
+    rerun reads the settings and the fingerprint from that folder's profile."""
+    from evidence_rerun import recorded_warm_start, run_folder
+
+    from ppm_trl.demo.warmstart import WarmStartSettings
+
+    results = REPO / "benchmarks" / "results" / "evidence_v3"
+    assert run_folder("runs/chain_add_sft725/lines_answer_n2_lr0.0001_s0_100st.json") == "chain_add_sft725"
+    settings, fingerprint = recorded_warm_start(str(results), "chain_add_sft725")
+    assert settings == WarmStartSettings.for_env("chain_add", max_steps=725) and fingerprint == "614e191a24c3194e"
+    assert recorded_warm_start(str(results), "multi_add")[0] == WarmStartSettings.for_env("multi_add")
+    with pytest.raises(SystemExit, match="expected runs/<folder>/<file>.json"):
+        run_folder("lines_n2_lr0.0001_s0_100st.json")
