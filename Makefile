@@ -39,19 +39,12 @@ $(STAMP): pyproject.toml $(TESTED)
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=900 -m "not vllm" $(PYTEST_ARGS)
 
-# The quick check before a commit (goal: under 2 minutes on the 2-core machine): pure math (advantages, segments,
-# points, ARG's guidance), configs, scorers and rewards, the envs, judge response parsing and the judge client against
-# the loopback server, dependency bounds. No trainer step, no vLLM, no subprocess CLI run, nothing marked slow: the
-# files were chosen by their measured durations (`pytest --durations=0`); `make test` runs everything.
-# tests/test_make_targets.py checks that every file named here exists.
-FAST_TESTS ?= tests/test_design_doc.py tests/test_horizons.py tests/test_guidance_step.py tests/test_judge_injection.py \
-	tests/test_import_graph.py tests/test_chain_add.py tests/test_vllm_budget.py tests/test_judge_http.py \
-	tests/test_advantages.py tests/test_scorers.py tests/test_judge_limits.py tests/test_config_defaults.py \
-	tests/test_readme_metrics.py tests/test_arg_core.py tests/test_accelerate_configs.py tests/test_dependencies.py \
-	tests/test_segments.py tests/test_points.py tests/test_multi_add.py tests/test_judge_faults.py tests/test_envs.py \
-	tests/test_estimate.py tests/test_rewards.py tests/test_judge_client.py tests/test_make_targets.py
+# The quick check before a commit (goal: under a minute on the 2-core machine): the test files marked `fast`
+# (`pytestmark = pytest.mark.fast`): pure math (advantages, segments, points, ARG's guidance), configs, scorers and
+# rewards, the envs, judge response parsing and the judge client against the loopback server, dependency bounds. No
+# trainer step, no vLLM, no subprocess CLI run, nothing marked slow; `make test` runs everything.
 test-fast: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=300 -m "not slow and not vllm" $(FAST_TESTS) $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=300 -m "fast and not slow and not vllm" tests $(PYTEST_ARGS)
 
 # TRL's own GRPO tests (tests/trl_upstream: TRL's tests/test_grpo_trainer.py, vendored) run offline against our
 # trainers with their method active; README "TRL's own GRPO tests" has what runs, the expected refusals (checked by
@@ -98,10 +91,10 @@ test-vllm: install-vllm
 LOWER_VENV  ?= .venv-lower
 LOWER_BIN   := $(LOWER_VENV)/bin
 LOWER_STAMP := $(LOWER_VENV)/.installed
-LOWER_TESTS ?= tests/test_dependencies.py tests/test_trl_seam.py tests/test_methods.py tests/test_advantages.py \
-	tests/test_scorers.py tests/test_points.py tests/test_segments.py tests/test_envs.py tests/test_rewards.py \
-	tests/test_cli_errors.py tests/test_ppm_trainer.py tests/test_papo_trainer.py tests/test_arg_trainer.py \
-	tests/test_peft.py tests/test_judge_client.py tests/test_judge_http.py tests/test_judge_unicode.py
+LOWER_TESTS ?= tests/house/test_dependencies.py tests/trainers/test_trl_seam.py tests/core/test_methods.py tests/core/test_advantages.py \
+	tests/core/test_scorers.py tests/core/test_points.py tests/ppm/test_segments.py tests/envs/test_envs.py tests/core/test_rewards.py \
+	tests/cli/test_cli_errors.py tests/ppm/test_ppm_trainer.py tests/papo/test_papo_trainer.py tests/arg/test_arg_trainer.py \
+	tests/trainers/test_peft.py tests/judge/test_judge_client.py tests/judge/test_judge_http.py tests/judge/test_judge_unicode.py
 
 install-lower: $(LOWER_STAMP)
 
@@ -134,9 +127,9 @@ bench: install
 bench-evidence: install
 	$(BIN)/python benchmarks/evidence.py --workers 2
 
-# Smoke of every benchmark script (CI runs the same through tests/test_benchmarks_smoke.py); timings meaningless.
+# Smoke of every benchmark script (CI runs the same through tests/bench/test_benchmarks_smoke.py); timings meaningless.
 bench-quick: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_benchmarks_smoke.py
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/bench/test_benchmarks_smoke.py
 
 gpu-smoke:
 	bash scripts/gpu_smoke.sh

@@ -37,11 +37,11 @@ def main():
     vllm_cpu.patch_trl_engine_args(dtype="float32", enforce_eager=True)
     from overhead import COMMON, StepTimer, timed
 
-    from ppm_trl.configs import ARGConfig
+    from ppm_trl.arg.arg_config import ARGConfig
+    from ppm_trl.arg.arg_trainer import ARGTrainer
     from ppm_trl.envs import make_dataset
     from ppm_trl.rewards import accuracy_reward, format_reward
     from ppm_trl.tiny import VLLM_TINY, save_tiny_model
-    from ppm_trl.trainers.arg import ARGTrainer
 
     workdir = tempfile.mkdtemp(prefix="arg_vllm_")
     model = save_tiny_model(os.path.join(workdir, "model"), **VLLM_TINY)

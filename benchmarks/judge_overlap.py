@@ -141,10 +141,11 @@ def build_trainer(settings, api_base, workdir, connection, plan):
     from datasets import Dataset
     from transformers import TrainerCallback
 
-    from ppm_trl.configs import PAPOConfig, PPMConfig
+    from ppm_trl.papo.papo_config import PAPOConfig
+    from ppm_trl.papo.papo_trainer import PAPOTrainer
+    from ppm_trl.ppm.ppm_config import PPMConfig
+    from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
     from ppm_trl.tiny import save_tiny_model
-    from ppm_trl.trainers.papo import PAPOTrainer
-    from ppm_trl.trainers.ppm import PPMGRPOTrainer
 
     rows = settings["prompts"] * settings["num_generations"]
     dataset = Dataset.from_list([{

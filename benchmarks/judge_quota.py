@@ -45,10 +45,10 @@ def worker(args) -> None:
     import torch
     from transformers import TrainerCallback
 
-    from ppm_trl.configs import PPMConfig
     from ppm_trl.envs import make_dataset
+    from ppm_trl.ppm.ppm_config import PPMConfig
+    from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
     from ppm_trl.tiny import build_tiny_model_and_tokenizer
-    from ppm_trl.trainers.ppm import PPMGRPOTrainer
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))

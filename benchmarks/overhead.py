@@ -31,8 +31,9 @@ import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from ppm_trl.configs import PAPOConfig, PPMConfig  # noqa: E402
 from ppm_trl.envs import make_dataset  # noqa: E402
+from ppm_trl.papo.papo_config import PAPOConfig
+from ppm_trl.ppm.ppm_config import PPMConfig
 from ppm_trl.rewards import env_outcome_reward  # noqa: E402
 from ppm_trl.tiny import build_tiny_model_and_tokenizer  # noqa: E402
 
@@ -144,9 +145,9 @@ def arg_overhead(steps: int) -> dict:
     """ARG on a task the tiny model always fails (every group is an all-failure group): the time ARG adds per step
     (`_guide_failed_groups`: early verification, surprisal forward, the continuation call, verification, selector)
     against plain generation of the same number of extra sequences with the same budget."""
-    from ppm_trl.configs import ARGConfig
+    from ppm_trl.arg.arg_config import ARGConfig
+    from ppm_trl.arg.arg_trainer import ARGTrainer
     from ppm_trl.rewards import accuracy_reward, format_reward
-    from ppm_trl.trainers.arg import ARGTrainer
 
     dataset = make_dataset("chain", 3, 64, seed=0)
     sizes = []
@@ -192,8 +193,8 @@ def main():
     torch.set_num_threads(1)
     dataset = make_dataset("multi_countdown", 2, 64, seed=0)
 
-    from ppm_trl.trainers.papo import PAPOTrainer
-    from ppm_trl.trainers.ppm import PPMGRPOTrainer
+    from ppm_trl.papo.papo_trainer import PAPOTrainer
+    from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
 
     results = defaultdict(list)
     replay = ReplayedBatch(dataset)

@@ -1,4 +1,4 @@
-"""The README's Python Quickstart as written (read from README.md and executed, as tests/test_readme.py does), all of
+"""The README's Python Quickstart as written (read from README.md and executed, as tests/cli/test_readme.py does), all of
 its steps, with TRL's logging windows and the wall time written out.
 
     python benchmarks/readme_quickstart.py --json benchmarks/results/quickstart_pinned.json

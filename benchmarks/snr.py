@@ -37,12 +37,12 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from ppm_trl.advantages import (  # noqa: E402
+from ppm_trl.advantages import sparse_outcome_advantages
+from ppm_trl.ppm.ppm_estimators import (
     ppm_segment_advantages,
     ppm_segment_rewards,
     ppm_trajectory_advantages,
     ppm_trajectory_rewards,
-    sparse_outcome_advantages,
 )
 
 PAPER_ESTIMATORS = ("Y1", "Y2", "Y3")  # per sample, no baseline: exactly App. A eqs. 8-10

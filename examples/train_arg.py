@@ -17,7 +17,7 @@ The dataset needs a `reference` column (a solution ending in the boxed answer). 
 
 from __future__ import annotations
 
-from ppm_trl.cli import run_example
+from ppm_trl.train import run_example
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -14,7 +14,7 @@ Every field of `TrainScriptArguments` (data, rewards), TRL's `GRPOConfig` and TR
 
 from __future__ import annotations
 
-from ppm_trl.cli import run_example
+from ppm_trl.train import run_example
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -14,7 +14,7 @@ TRL's `ModelConfig` (model, `--use_peft --lora_r ...`) is a YAML key and a `--fl
 
 from __future__ import annotations
 
-from ppm_trl.cli import run_example
+from ppm_trl.train import run_example
 
 
 def main(argv: list[str] | None = None) -> dict:

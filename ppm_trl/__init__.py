@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 
-from .methods import METHODS
+from . import methods  # noqa: F401  (its import fills the registry: every method folder, composed methods, entry points)
+from .registry import METHODS
 
 __version__ = "0.1.0"
 

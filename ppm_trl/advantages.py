@@ -9,12 +9,11 @@ Each method's own estimators live in its folder (cf. verl's core_algos.py, one s
 `ppm_trl/ppm/ppm_estimators.py` (PPM eq. 3, App. A–B and its baselines) and `ppm_trl/papo/papo_estimators.py` (PAPO
 §4.1, §6). They take different inputs (PPM's (N, K) progress, PAPO's binary outcome and correct-subset process
 scores), which only their own trainer collects; each method's config fields select its variant from one table there
-(`PPM_ESTIMATORS`; PAPO's `PROCESS_NORMS` and `COMBINES`). Their names stay importable from here, as before.
+(`PPM_ESTIMATORS`; PAPO's `PROCESS_NORMS` and `COMBINES`).
 """
 
 from __future__ import annotations
 
-import importlib
 from numbers import Integral
 
 import torch
@@ -146,20 +145,8 @@ def expand_segment_values(values: torch.Tensor, segment_ids: torch.Tensor) -> to
     return torch.where(ids >= 0, gathered, torch.zeros_like(gathered))
 
 
-# The method estimators, under the names this module has always exported (imported on first use: the method folders
-# import this module, not the other way round).
-_METHOD_ESTIMATORS = {
-    "ppm_trl.ppm.ppm_estimators": ("PPM_ESTIMATORS", "GRANULARITIES", "PROGRESS_MODES", "ppm_segment_rewards",
-                                   "ppm_segment_advantages", "ppm_trajectory_rewards", "ppm_trajectory_advantages",
-                                   "exact_order_progress", "process_reward_rewards", "process_reward_advantages",
-                                   "ppm_estimator"),
-    "ppm_trl.papo.papo_estimators": ("PROCESS_NORMS", "COMBINES", "papo_components", "papo_advantages", "PAPOStats",
-                                     "papo_group_stats"),
-}
-_MOVED = {name: module for module, names in _METHOD_ESTIMATORS.items() for name in names}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def process_share(process_index: int, per_process: int) -> slice:
+    """The part of a gathered batch that process `process_index` holds: every process holds `per_process` rows (or
+    groups), in rank order. The one rule for a rank's slice (the seam's `local_rows`, ARG's failure scan)."""
+    start = process_index * per_process
+    return slice(start, start + per_process)

@@ -1,7 +1,7 @@
 """`ppm-trl train | eval | prepare | estimate`: the entry point. Each subcommand is a module of its own —
 `train.py`, `evaluate.py`, `prepare/`, `estimate/` — over the shared `flags.py` (YAML, flags, `UsageError`) and
 `data.py` (loading and checking the data); this module only dispatches and turns errors into one line and an exit
-status. The names below stay importable from here (`ppm_trl.cli.TrainScriptArguments`, `parse_train_args`, ...).
+status.
 """
 
 from __future__ import annotations
@@ -9,52 +9,13 @@ from __future__ import annotations
 import os
 import sys
 
-from .data import (  # noqa: F401  (importable from here as before)
-    check_data_file,
-    check_model_source,
-    load_hub_dataset,
-    load_train_dataset,
-    looks_local,
-    prepare_dataset,
-    unfinished_prepare,
-)
-from .evaluate import (  # noqa: F401
-    DEFAULT_EVAL_MAX_NEW_TOKENS,
-    EVAL_RENAMED,
-    EvalArguments,
+from .evaluate import (
     evaluate,
-    parse_eval_args,
 )
-from .flags import (  # noqa: F401
-    JUDGE_BUDGET_EXIT_CODE,
-    UsageError,
-    check_config_keys,
-    check_config_values,
-    check_flags,
-    read_yaml_config,
-)
-from .methods import METHODS
-from .report import method_metrics_mean, nothing_learned, training_summary  # noqa: F401
-from .train import (  # noqa: F401
-    TRAIN_RENAMED,
-    TrainScriptArguments,
-    auto_bf16,
-    build_reward_funcs,
-    build_trainer,
-    check_prompt_lengths,
-    eval_command,
-    fit_generation_batch,
+from .registry import METHODS
+from .train import (
     in_flag_spelling,
-    log_last_step_callback,
-    parse_train_args,
-    report_done,
-    resolve_model,
-    reward_names,
-    run_example,
-    run_training,
-    stopped_early,
     train,
-    train_fields,
 )
 
 USAGE = ("usage: ppm-trl {train,eval,prepare,estimate} ... [--debug]\n"

@@ -5,7 +5,7 @@ list of lines saying what it left out or cut: `problem_column` becomes a convers
 `answer_column` the gold final answer (`answer`), `reference_column` the worked solution (`reference`). A GSM8K
 worked solution (`... #### 72`) gives the gold answer after `####`, a MATH one its last `\\boxed{}`.
 
-`required_columns` lists what a method + its reward functions + its scorer read; `check_required_columns` raises
+`required_run_columns` lists what a method + its reward functions + its scorer read; `check_required_columns` raises
 before any model is loaded, naming the dataset's own columns and the flag (or `ppm-trl prepare`) that fixes it.
 """
 
@@ -15,10 +15,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .methods import get_method
+from .registry import get_method
 from .reward_sources import reward_columns
-from .rewards import last_boxed
-from .text import normalize_boxes
+from .text import last_boxed, normalize_boxes
 
 _GSM8K_ANSWER = re.compile(r"^[ \t]*####[ \t]*(\S.*?)[ \t]*$", re.MULTILINE)
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
@@ -368,7 +367,7 @@ def _text(value: Any, column: str, row: int) -> str:
     return value
 
 
-def required_columns(method: str, reward_funcs: Sequence[str], training_args) -> dict[str, str]:
+def required_run_columns(method: str, reward_funcs: Sequence[str], training_args) -> dict[str, str]:
     """Column → who reads it, for a method, its reward functions (by CLI name) and its scorer (the registries in
     `ppm_trl.methods` say which)."""
     needs = {"prompt": "every method"}

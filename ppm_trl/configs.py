@@ -9,13 +9,10 @@ paper's value is the default there and the field says so in its help text.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import os
 from dataclasses import dataclass, field
-
-from .judge.arguments import JudgeArguments  # noqa: F401  (defined with the judge; importable from here as before)
 
 # The scorers PPM and PAPO both offer (each config accepts its own table's keys: PROGRESS_SCORERS, PROCESS_SCORERS).
 SCORERS = ("programmatic", "judge")
@@ -122,21 +119,3 @@ def refuse_normalize_then_sum(config, method: str, why: str, alternative: str = 
     if config.multi_objective_aggregation == "normalize_then_sum":
         raise ValueError(f"{method} does not support multi_objective_aggregation='normalize_then_sum' {why}. Use "
                          + (f"{alternative}, or " if alternative else "") + "the default 'sum_then_normalize'.")
-
-
-# The method configs and their accepted values, under the names this module has always exported (imported on first
-# use: the method folders import this module, not the other way round).
-_MOVED = {
-    **dict.fromkeys(("PPMConfig",), "ppm_trl.ppm.ppm_config"),
-    **dict.fromkeys(("GRANULARITIES", "PROGRESS_MODES"), "ppm_trl.ppm.ppm_estimators"),
-    **dict.fromkeys(("SEGMENTATIONS",), "ppm_trl.ppm.segmentation"),
-    **dict.fromkeys(("PAPOConfig", "RUBRICS"), "ppm_trl.papo.papo_config"),
-    **dict.fromkeys(("ARGConfig", "ARG_MODES", "ARG_MAX_ACCEPTED"), "ppm_trl.arg.arg_config"),
-    **dict.fromkeys(("PPMARGConfig", "PAPOARGConfig"), "ppm_trl.composed"),
-}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

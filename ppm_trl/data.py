@@ -177,7 +177,7 @@ def load_train_dataset(script_args, split_flag: str = "dataset_train_split"):
 
 def prepare_dataset(script_args, training_args, dataset, reward_names: list[str], source: str):
     """Map the user's columns (`problem_column`, ...) and check every column the run will read, before any model."""
-    from .columns import check_required_columns, map_columns, required_columns
+    from .columns import check_required_columns, map_columns, required_run_columns
 
     flags = (script_args.problem_column, script_args.answer_column, script_args.reference_column)
     report: list[str] = []
@@ -186,7 +186,7 @@ def prepare_dataset(script_args, training_args, dataset, reward_names: list[str]
             # A row that cannot be used (no gold answer, an empty cell, a chat without a reply) is left out and
             # listed, as `ppm-trl prepare` does, not a stop at the first one.
             dataset, report = map_columns(dataset, *flags, source=source, invalid_rows="drop")
-        check_required_columns(dataset, required_columns(script_args.method, reward_names, training_args), source)
+        check_required_columns(dataset, required_run_columns(script_args.method, reward_names, training_args), source)
     except ValueError as error:
         raise UsageError(str(error)) from None
     if os.environ.get("RANK", "0") == "0":  # every process maps the same rows; one reports them

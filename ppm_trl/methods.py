@@ -22,20 +22,11 @@ import importlib.util
 import pkgutil
 import sys
 
-from .registry import (  # noqa: F401  (the registry's public names, read from here)
-    METHODS,
-    REWARDS,
-    Column,
-    ColumnNeeds,
+from .registry import (
     Method,
-    Paper,
     Reward,
-    get_method,
-    get_reward,
-    method_of_trainer,
     register_method,
     register_reward,
-    reward_of_function,
 )
 
 # How `--help` and the errors list ppm_trl's own method folders; any other folder follows, alphabetically.

@@ -61,6 +61,10 @@ class Method:
     paper: Paper | None = None
     card_name: str = ""  # "This model was trained with <card_name>" (default: the method's name)
     parts: tuple[str, ...] = ()  # the registered methods a composed method joins
+    # What a finished run says of this method (`ppm_trl.report`): why nothing was learned, read from the logged
+    # history and the config (None: no reason of this method's); the run's totals of this method's work
+    stalled: Callable[[list[dict], Any], str | None] | None = None
+    run_totals: Callable[[Any, list[dict]], dict] | None = None
 
     def config_class(self) -> type:
         return _load(self.config)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from .registry import METHODS
+
 
 def step_entries(history: list[dict]) -> list[dict]:
     """The logging windows of `history`, without TRL's end-of-training entry (train_runtime, train_loss, and the
@@ -20,8 +22,6 @@ def step_entries(history: list[dict]) -> list[dict]:
 def method_metrics_mean(history: list[dict]) -> dict[str, float]:
     """Mean over the logged steps of every method's metrics (`<method>/...` for each registered method: ppm/, papo/,
     arg/, ...), the judge's and the rewards' (what a user checks first)."""
-    from .methods import METHODS
-
     prefixes = (*(f"{name}/" for name in METHODS if "+" not in name), "judge/", "reward")
     values: dict[str, list[float]] = {}
     for entry in step_entries(history):
@@ -47,8 +47,9 @@ def nothing_learned(history: list[dict], args) -> str | None:
     """Why no gradient reached the model, from the logged metrics; None when it learned (or nothing was logged).
 
     Every logged grad norm 0, or every completion filtered out of the loss: truncated completions masked
-    (`mask_truncated_completions`), or every group of PPM with zero advantage (`filter_zero_advantage_groups`).
-    Fixes are spelled as Python settings; `ppm-trl train` prints them as flags (`cli.in_flag_spelling`).
+    (`mask_truncated_completions`), or a registered method's own reason (`Method.stalled`: PPM's, every group
+    with zero advantage dropped). Fixes are spelled as Python settings; `ppm-trl train` prints them as flags
+    (`cli.in_flag_spelling`).
     """
     def values(key):
         return [entry[key] for entry in history if isinstance(entry.get(key), (int, float))]
@@ -59,11 +60,8 @@ def nothing_learned(history: list[dict], args) -> str | None:
         reasons.append(f"every completion reached max_completion_length={args.max_completion_length} and was masked "
                        "out of the loss (mask_truncated_completions); raise max_completion_length, or set "
                        "mask_truncated_completions=False")
-    filtered = values("ppm/frac_rows_filtered")
-    if filtered and min(filtered) >= 1.0:
-        reasons.append("every group had zero advantage (all its completions earned the same rewards) and was "
-                       "dropped (filter_zero_advantage_groups); check the reward and judge metrics — a model that "
-                       "never earns any reward (an untrained one) gives no learning signal")
+    reasons += [reason for method in METHODS.values() if method.stalled
+                and (reason := method.stalled(history, args)) is not None]
     norms = values("grad_norm")
     if norms and max(norms) == 0.0 and not reasons:
         same = values("frac_reward_zero_std")
@@ -84,7 +82,8 @@ def nothing_learned_this_run(trainer) -> str | None:
 
 def training_summary(trainer, result, method: str) -> dict:
     """What a run prints when done: steps, loss, the absolute output dir, per-step wall time (TRL's `step_time`), the
-    mean of the method's metrics, peak GPU memory (and ARG's guidance totals). `result`: what `train` returned, or
+    mean of the method's metrics, peak GPU memory, and each registered method's totals (`Method.run_totals`: ARG's
+    guidance). `result`: what `train` returned, or
     None (from a callback at the end of training: the final log entry holds the same loss and runtime)."""
     import torch
 
@@ -98,12 +97,9 @@ def training_summary(trainer, result, method: str) -> dict:
                **judge_totals(history),
                "train_runtime_s": (result.metrics if result is not None else final).get("train_runtime"),
                "step_time_s": [entry["step_time"] for entry in history if "step_time" in entry]}
-    selector = getattr(trainer, "prefix_selector", None)
-    if selector is not None:
-        summary["guidance_totals"] = {
-            name: sum(entry.get(f"arg/{name}", 0.0) for entry in history)
-            for name in ("all_failure_groups", "groups_with_accepted", "fallback_groups", "inserted_rows")}
-        summary["selector_probs"] = dict(zip(map(str, selector.levels), selector.probs().tolist()))
+    for method in METHODS.values():
+        if method.run_totals:
+            summary.update(method.run_totals(trainer, history))
     if torch.cuda.is_available():
         summary["peak_torch_gpu_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
     return summary

@@ -21,14 +21,13 @@ import re
 import threading
 from typing import Any
 
-# `last_boxed` lives in `text` so that `envs/`, which the env rewards below dispatch to, never imports this module;
-# it stays importable from here (public: user reward functions, `columns`, the ARG trainer import it from here).
-from .text import completion_text, last_boxed  # noqa: F401
+# `last_boxed` lives in `text` so that `envs/`, which the env rewards below dispatch to, never imports this module.
+from .text import completion_text, last_boxed
 
 _WHITESPACE = re.compile(r"\s+")
 
 
-def normalize_answer(text: str) -> str:
+def without_whitespace(text: str) -> str:
     """Whitespace-free form used for the exact-match fast path (`"12, 21"` == `"12,21"`)."""
     return _WHITESPACE.sub("", text)
 
@@ -79,7 +78,7 @@ def accuracy_reward(completions: list, answer: list[str] | None = None, **kwargs
     for completion, gold in zip(completions, golds):
         gold = "" if gold is None else str(gold)
         predicted = last_boxed(completion_text(completion))
-        if predicted is not None and gold.strip() and normalize_answer(predicted) == normalize_answer(gold):
+        if predicted is not None and gold.strip() and without_whitespace(predicted) == without_whitespace(gold):
             rewards.append(1.0)
             continue
         gold_parsed = parse(_as_boxed(gold), parsing_timeout=parsing_timeout) if gold.strip() else []

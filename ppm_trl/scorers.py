@@ -14,7 +14,6 @@ The scorers keep their names here too (imported on first use: the method folders
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -66,30 +65,6 @@ class JudgePointMatcher:
         return [None if g is None else frozenset(i + 1 for i, ok in enumerate(g) if ok) for g in grades]
 
 
-def build_judge(args):
-    from .judge.arguments import build_judge as judge_from_arguments
-    from .judge.callback import check_unscorable_settings
-
-    # checked here, before the model loads; the stats callback applies them once the trainer exists
-    check_unscorable_settings(getattr(args, "judge_max_unscorable_frac", 1.0), getattr(args, "judge_unscorable_window", 1),
-                              getattr(args, "judge_unscorable_min_rows", 2), getattr(args, "judge_quarantine_after", 2))
-    return judge_from_arguments(args, args.output_dir)
-
-
 def scorer_judge(scorer):
     """The LiteLLMJudge behind a scorer, if any (for the judge-statistics callback)."""
     return getattr(scorer, "judge", None) or getattr(getattr(scorer, "matcher", None), "judge", None)
-
-
-_MOVED = {
-    **dict.fromkeys(("ProgressScorer", "JudgeProcessRewardScorer", "build_progress_scorer"),
-                    "ppm_trl.ppm.progress_scorers"),
-    **dict.fromkeys(("ProgrammaticProcessScorer", "JudgeProcessScorer", "build_process_scorer"),
-                    "ppm_trl.papo.process_scorers"),
-}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

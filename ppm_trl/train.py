@@ -26,9 +26,9 @@ from .flags import (
     read_yaml_config,
     user_setting,
 )
-from .methods import METHODS, REWARDS, get_method  # the registries (no TRL import)
 from .plots import save_training_curves
 from .quiet import quiet_third_party
+from .registry import METHODS, REWARDS, get_method
 from .report import nothing_learned_this_run, training_summary
 from .reward_sources import TRL_REWARDS, load_reward
 

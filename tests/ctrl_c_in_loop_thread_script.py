@@ -1,4 +1,4 @@
-"""Ctrl-C that the kernel hands to the judge loop's thread, in a process of its own (tests/test_judge_prepare.py):
+"""Ctrl-C that the kernel hands to the judge loop's thread, in a process of its own (tests/judge/test_judge_prepare.py):
 `python ctrl_c_in_loop_thread_script.py`. A signal raised inside the pytest process can land after the code under
 test returned and kill the whole session (it did under load), so the test runs this and reads its output.
 
@@ -14,7 +14,7 @@ import threading
 import time
 
 from ppm_trl.judge import loop as judge_loop
-from ppm_trl.prepare import PrepareInterrupted, _run_interruptibly
+from ppm_trl.prepare.judging import PrepareInterrupted, _run_interruptibly
 
 
 def main_thread_waits_in(*functions: str) -> bool:

@@ -1,4 +1,4 @@
-"""The script tests/test_distributed.py launches on 2 CPU processes (DDP/gloo or DeepSpeed ZeRO-3), and runs in-process
+"""The script tests/trainers/test_distributed.py launches on 2 CPU processes (DDP/gloo or DeepSpeed ZeRO-3), and runs in-process
 for the one-process reference.
 
     accelerate launch --config_file configs/accelerate/cpu_zero3.yaml tests/dist_train_script.py \
@@ -36,7 +36,7 @@ import torch  # noqa: E402
 G = 4  # generations per prompt in every job
 REAL_STEPS = 2
 # Each single method of the registry (`ppm_trl.methods`) with its settings in these tests and the keyword its
-# scorer goes to: tests/test_distributed.py checks that every registered method has an entry, so a new
+# scorer goes to: tests/trainers/test_distributed.py checks that every registered method has an entry, so a new
 # registration is trained under DDP and ZeRO-3 (or fails there until it is given settings).
 METHOD_SETTINGS = {
     "ppm": (dict(num_segments=4, learning_rate=1e-4), "progress_scorer"),
@@ -105,7 +105,7 @@ def build(method: str, output_dir: str, per_device: int, max_steps: int, max_com
                   train_dataset=dataset)
     if method not in METHOD_SETTINGS:
         raise ValueError(f"unknown method {method!r}; accepted: {', '.join(METHODS)}")
-    from ppm_trl.methods import get_method
+    from ppm_trl.registry import get_method
 
     registered, (settings, scorer_keyword) = get_method(method), METHOD_SETTINGS[method]
     config = registered.config_class()(**settings, **args)

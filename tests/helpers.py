@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -59,7 +61,7 @@ def build_trainer(method: str, output_dir, *, scorer=None, reward_funcs=None, tr
     config `TINY_ARGS` with `settings` and `output_dir`: by default on the multi_countdown env (2 steps, 4 rows,
     seed 0) with its outcome reward. `scorer`: the method's progress or process scorer (a callable)."""
     from ppm_trl.envs import make_dataset
-    from ppm_trl.methods import get_method
+    from ppm_trl.registry import get_method
     from ppm_trl.rewards import env_outcome_reward
     from ppm_trl.tiny import build_tiny_model_and_tokenizer
 
@@ -72,3 +74,15 @@ def build_trainer(method: str, output_dir, *, scorer=None, reward_funcs=None, tr
         reward_funcs=env_outcome_reward if reward_funcs is None else reward_funcs,
         train_dataset=make_dataset("multi_countdown", 2, 4, seed=0) if train_dataset is None else train_dataset,
         eval_dataset=eval_dataset, **extra)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def readme_block(section: str, language: str, index: int = 0) -> str:
+    """The `index`-th ```language block under the `## section` heading of README.md."""
+    text = (REPO / "README.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(rf"```{language}\n(.*?)```", body, re.DOTALL)
+    assert len(blocks) > index, f"README section {section!r} has no {language} block {index}"
+    return blocks[index]

@@ -1,5 +1,5 @@
 """A tiny PPM run (programmatic scorer, scripted completions) that sends itself SIGTERM at step 2, for
-tests/test_checkpoint_resume.py: `python preempted_train_script.py OUTPUT_DIR {during_save|during_step|ctrl_c|none}
+tests/trainers/test_checkpoint_resume.py: `python preempted_train_script.py OUTPUT_DIR {during_save|during_step|ctrl_c|none}
 MAX_STEPS [resume_from_checkpoint]` (`ctrl_c`: SIGINT while step 2 generates, saving on). Prints `steps trained: N` when `train` returns."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 from helpers import TINY_ARGS, script_generation  # noqa: E402
 
-from ppm_trl.configs import PPMConfig  # noqa: E402
 from ppm_trl.envs import make_dataset  # noqa: E402
+from ppm_trl.ppm.ppm_config import PPMConfig
+from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
 from ppm_trl.rewards import env_outcome_reward  # noqa: E402
 from ppm_trl.tiny import build_tiny_model_and_tokenizer  # noqa: E402
-from ppm_trl.trainers.ppm import PPMGRPOTrainer  # noqa: E402
 
 
 def main(output_dir: str, when: str, max_steps: int, resume: str | None) -> None:

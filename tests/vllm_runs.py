@@ -97,8 +97,8 @@ def main():
         _tolerate_missing_weight_transfer(record)
 
     if args.method == "ppm":
-        from ppm_trl.configs import PPMConfig
-        from ppm_trl.trainers.ppm import PPMGRPOTrainer
+        from ppm_trl.ppm.ppm_config import PPMConfig
+        from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
 
         dataset = make_dataset("multi_countdown", 2, 8, seed=0)
         trainer = PPMGRPOTrainer(model=model_path, reward_funcs=[env_outcome_reward, _digit_reward],
@@ -108,8 +108,8 @@ def main():
                                                 mask_truncated_completions=False, **common),
                                  train_dataset=dataset)
     elif args.method == "papo":
-        from ppm_trl.configs import PAPOConfig
-        from ppm_trl.trainers.papo import PAPOTrainer
+        from ppm_trl.papo.papo_config import PAPOConfig
+        from ppm_trl.papo.papo_trainer import PAPOTrainer
 
         dataset = make_dataset("multi_countdown", 2, 8, seed=0)
         trainer = PAPOTrainer(model=model_path, reward_funcs=[env_outcome_reward, _digit_reward],
@@ -118,8 +118,8 @@ def main():
                               args=PAPOConfig(correct_threshold=0.05, mask_truncated_completions=False, **common),
                               train_dataset=dataset)
     else:
-        from ppm_trl.configs import ARGConfig
-        from ppm_trl.trainers.arg import ARGTrainer
+        from ppm_trl.arg.arg_config import ARGConfig
+        from ppm_trl.arg.arg_trainer import ARGTrainer
 
         reference = "Add them.\nSo $3+4=7$.\n\\boxed{7}"
         dataset = Dataset.from_dict({

@@ -28,16 +28,27 @@ PAPER = Paper(
         }"""))
 
 
-def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
+def column_needs(args, custom_scorer: bool = False) -> dict[str, Column]:
     # The ARG trainer checks each reference's final-answer marker itself (`arg_skip_invalid_references`).
     return {"reference": Column("any", "ARG (reference-guided continuations)")}
+
+
+def run_totals(trainer, history: list[dict]) -> dict:
+    """The guidance a run did (summed over its logged steps) and the selector's final probabilities per level."""
+    selector = getattr(trainer, "prefix_selector", None)
+    if selector is None:
+        return {}
+    return {"guidance_totals": {name: sum(entry.get(f"arg/{name}", 0.0) for entry in history)
+                                for name in ("all_failure_groups", "groups_with_accepted", "fallback_groups",
+                                             "inserted_rows")},
+            "selector_probs": dict(zip(map(str, selector.levels), selector.probs().tolist()))}
 
 
 register_method(Method("arg", "ppm_trl.arg.arg_config:ARGConfig", "ppm_trl.arg.arg_trainer:ARGTrainer",
                        extra_rewards=("format",),
                        summary="Adaptive Reference Guidance for all-failure groups (reward: accuracy + "
                                "format_reward_weight·format)",
-                       columns=required_columns, paper=PAPER, card_name="ARG"))
+                       columns=column_needs, paper=PAPER, card_name="ARG", run_totals=run_totals))
 
 # name → the module of this folder that defines it
 _EXPORTS = {name: module for module, names in {

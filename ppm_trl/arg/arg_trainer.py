@@ -243,7 +243,7 @@ class ARGTrainer(MethodTrainer):
         prompts = [rollout.prompts[row] for row in sources]
         texts = self.decode_completions(prompts, [prompt_ids[row] for row in sources], candidates)
         rewards = self.outcome_rewards([rollout.rows[row] for row in sources], prompts, texts, candidates)  # gathered
-        verdict = rewards[self.accelerator.process_index * num_rows :, 0].cpu()
+        verdict = rewards[self.local_rows(num_rows), 0].cpu()
         stop_ids = {*self.eos_ids, self.tokenizer.pad_token_id}
         for row, p in enumerate(planned):
             ids = candidates[row]

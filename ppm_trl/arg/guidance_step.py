@@ -15,6 +15,7 @@ from enum import Enum
 
 import torch
 
+from ..advantages import process_share
 from .acceptance import Candidate, accept_candidates, continuation_feedback
 from .prefixes import EMPTY_PREFIX, GuidedPrefix, plan_reference_prefixes
 from .references import reference_problem
@@ -115,11 +116,11 @@ def scan_failures(verdict, group_size: int, process_index: int = 0, num_processe
     if not 0 <= process_index < num_processes or len(failed) % num_processes:
         raise ValueError(f"{len(failed)} groups do not split evenly over {num_processes} processes")
     per_process = len(failed) // num_processes
-    first = process_index * per_process
+    local = process_share(process_index, per_process)
     groups = tuple(
-        FailedGroup(order, (group - first) * group_size)
+        FailedGroup(order, (group - local.start) * group_size)
         for order, group in enumerate(failed.nonzero().flatten().tolist())
-        if first <= group < first + per_process
+        if local.start <= group < local.stop
     )
     max_local = int(failed.view(num_processes, per_process).sum(dim=1).max()) if len(failed) else 0
     return FailureScan(int(failed.sum()), int(unscorable.sum()), max_local, groups)

@@ -16,8 +16,16 @@ The package serves the demo and the benchmarks (`benchmarks/`) only; nothing in 
 
 from .horizons import HorizonRule, choose_horizons, format_profile, profile_warm_start
 from .pipeline import DEMO_LEARNING_RATES, DemoArguments, main, parse_args
-from .runs import VARIANT_LABELS, VARIANTS, RunSpec, build_trainer, plot_histories, train_variant, train_variants
+from .runs import (
+           VARIANT_LABELS,
+           VARIANTS,
+           RunSpec,
+           build_variant_trainer,
+           plot_histories,
+           train_variant,
+           train_variants,
+)
 
 __all__ = ["DEMO_LEARNING_RATES", "VARIANTS", "VARIANT_LABELS", "DemoArguments", "HorizonRule", "RunSpec",
-           "build_trainer", "choose_horizons", "format_profile", "main", "parse_args", "plot_histories",
+           "build_variant_trainer", "choose_horizons", "format_profile", "main", "parse_args", "plot_histories",
            "profile_warm_start", "train_variant", "train_variants"]

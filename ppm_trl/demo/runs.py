@@ -8,43 +8,92 @@ held-out evaluation (`warmstart.evaluate_policy`, sampled at T = 1 with a fixed 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from .kernels import cpu_model, kernels_in_use
 from .warmstart import completion_budget, deterministic_cpu, evaluate_pass_at_k, evaluate_policy, load_policy
 
 KEPT_COMPLETIONS = 16  # completions of the last evaluation kept in a run's history (T = 1 and greedy)
-VARIANTS = ("sparse", "trajectory", "segment", "lines", "papo", "papo_mult", "papo_fullnorm", "prm_only", "arg",
-            "fixed_prefix", "fixed_quarter", "resampling", "reference_insertion", "ppm+arg", "papo+arg",
-            "papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable", "prm_only_lines", "paper_resampling",
-            "lines_answer", "verifree", "opsd")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One arm of the demo and the benchmarks: its label in tables and plots, the registered method that trains it,
+    and its config's settings beyond `_common_args` (a function of the run's `RunSpec`)."""
+
+    label: str
+    method: str
+    settings: Callable[[RunSpec], dict] = lambda spec: {}
+
+
+def _ppm(spec: RunSpec, **settings) -> dict:
+    # PPM as the demo runs it: one segment per sub-problem, the outcome added to every segment, no std division.
+    return {"granularity": "segment", "num_segments": spec.num_segments or spec.n, "add_outcome_reward": True,
+            "scale_rewards": "none", "filter_zero_advantage_groups": True, **settings}
+
+
+def _lines(spec: RunSpec, extra_segments: int = 0) -> dict:
+    # a segment ends at each newline (line k = sub-problem k)
+    return _ppm(spec, num_segments=(spec.num_segments or spec.n) + extra_segments, segmentation="delimiter",
+                segment_delimiter="\n")
+
+
+_GRPO = {"scale_rewards": "group"}
+# The one variant table. ARG's arms run with `_common_args`' optimiser, not ARG's paper schedule (warmup 10, weight
+# decay 0.01): the same optimiser for every variant.
+VARIANT_TABLE: dict[str, Variant] = {
+    "sparse": Variant("GRPO (sparse outcome)", "grpo", lambda spec: _GRPO),
+    "trajectory": Variant("PPM trajectory-level", "ppm", lambda spec: _ppm(spec, granularity="trajectory")),
+    "segment": Variant("PPM segment-level (equal chunks)", "ppm", _ppm),
+    # the box joins the last line's segment
+    "lines": Variant("PPM segment-level (one per line)", "ppm", _lines),
+    # the programmatic process score: the fraction of reference lines a correct response states (no LLM judge)
+    "papo": Variant("PAPO (programmatic process score)", "papo", lambda spec: {"process_scorer": "programmatic"}),
+    # PAPO §6's multiplicative ablation: outcome × process in one reward, normalised over the whole group
+    "papo_mult": Variant("PAPO multiplicative (ablation)", "papo",
+                         lambda spec: {"process_scorer": "programmatic", "combine": "multiplicative"}),
+    # PAPO §6's Fullnorm: incorrect rows enter the process normalisation with r_proc = 0
+    "papo_fullnorm": Variant("PAPO Fullnorm (ablation)", "papo",
+                             lambda spec: {"process_scorer": "programmatic", "process_norm": "full"}),
+    # PAPO §3.2's reward-hacking arm: the process score alone (here a gameable one, `shown_work_reward`)
+    "prm_only": Variant("PRM only (gameable process score)", "grpo", lambda spec: _GRPO),
+    "arg": Variant("ARG (reference guidance)", "arg"),
+    # one level α = ½, no selector: the fixed-guidance baseline
+    "fixed_prefix": Variant("ARG fixed prefix (α = ½)", "arg", lambda spec: {"arg_levels": [0.5]}),
+    "fixed_quarter": Variant("ARG fixed prefix (α = ¼)", "arg", lambda spec: {"arg_levels": [0.25]}),
+    # one level α = 1 (the empty prefix); a group it does not rescue still falls back to the reference
+    "resampling": Variant("resampling + reference fallback (α = 1 level)", "arg", lambda spec: {"arg_levels": [1.0]}),
+    "reference_insertion": Variant("reference insertion", "arg",  # §5.3's ablation
+                                   lambda spec: {"arg_mode": "reference_insertion"}),
+    # ARG decides the rows of all-failure groups, segment-level PPM (as in "segment") credits every row
+    "ppm+arg": Variant("PPM segment-level + ARG", "ppm+arg", _ppm),
+    "papo+arg": Variant("PAPO + ARG", "papo+arg", lambda spec: {"process_scorer": "programmatic"}),
+    # the PAPO arms with `ShownWorkProcessScorer` as r_proc (passed to the trainer in `build_variant_trainer`)
+    "papo_gameable": Variant("PAPO (gameable process score)", "papo"),
+    "papo_mult_gameable": Variant("PAPO multiplicative (gameable process score)", "papo",
+                                  lambda spec: {"combine": "multiplicative"}),
+    "papo_fullnorm_gameable": Variant("PAPO Fullnorm (gameable process score)", "papo",
+                                      lambda spec: {"process_norm": "full"}),
+    # PRM-only on the true process score: the fraction of the row's points stated (`env_point_fraction`)
+    "prm_only_lines": Variant("PRM only (fraction of right lines)", "grpo", lambda spec: _GRPO),
+    # ARG App. G.2's resampling baseline: K continuations from the empty prefix, an unrescued group unchanged
+    "paper_resampling": Variant("resampling (ARG App. G.2: no fallback)", "arg",
+                                lambda spec: {"arg_mode": "resampling"}),
+    # n + 1 segments: the answer line is a segment of its own, so a right last line does not credit the answer's
+    # tokens (issue 40 item 2: the answer format lost at n = 8)
+    "lines_answer": Variant("PPM segment-level (one per line, the answer its own)", "ppm",
+                            lambda spec: _lines(spec, extra_segments=1)),
+    # the PPM paper's VeriFree baseline (App. B.1): the outcome + the likelihood of the reference's answer line
+    "verifree": Variant("VeriFree (the PPM paper's baseline)", "verifree", lambda spec: _GRPO),
+    # the PPM paper's OPSD baseline (App. B.1): the JSD to the warm start given the reference, no reward in the loss
+    "opsd": Variant("OPSD (the PPM paper's baseline)", "opsd"),
+}
+VARIANTS = tuple(VARIANT_TABLE)
+VARIANT_LABELS = {name: variant.label for name, variant in VARIANT_TABLE.items()}
 # PAPO arms whose process score is the gameable `shown_work_reward` instead of the fraction of right lines
 GAMEABLE_PAPO = ("papo_gameable", "papo_mult_gameable", "papo_fullnorm_gameable")
-VARIANT_LABELS = {
-    "sparse": "GRPO (sparse outcome)",
-    "trajectory": "PPM trajectory-level",
-    "segment": "PPM segment-level (equal chunks)",
-    "lines": "PPM segment-level (one per line)",
-    "lines_answer": "PPM segment-level (one per line, the answer its own)",
-    "papo_mult": "PAPO multiplicative (ablation)",
-    "papo_fullnorm": "PAPO Fullnorm (ablation)",
-    "prm_only": "PRM only (gameable process score)",
-    "fixed_prefix": "ARG fixed prefix (α = ½)",
-    "fixed_quarter": "ARG fixed prefix (α = ¼)",
-    "resampling": "resampling + reference fallback (α = 1 level)",
-    "paper_resampling": "resampling (ARG App. G.2: no fallback)",
-    "reference_insertion": "reference insertion",
-    "papo": "PAPO (programmatic process score)",
-    "arg": "ARG (reference guidance)",
-    "ppm+arg": "PPM segment-level + ARG",
-    "papo+arg": "PAPO + ARG",
-    "papo_gameable": "PAPO (gameable process score)",
-    "papo_mult_gameable": "PAPO multiplicative (gameable process score)",
-    "papo_fullnorm_gameable": "PAPO Fullnorm (gameable process score)",
-    "prm_only_lines": "PRM only (fraction of right lines)",
-    "verifree": "VeriFree (the PPM paper's baseline)",
-    "opsd": "OPSD (the PPM paper's baseline)",
-}
+
 
 
 @dataclass
@@ -97,50 +146,8 @@ def _common_args(spec: RunSpec, output_dir: str, budget: int, progress: bool) ->
 
 def variant_settings(spec: RunSpec) -> tuple[str, dict]:
     """(registered method, its config's settings beyond `_common_args`) of `spec.variant`."""
-    # PPM as the demo runs it: one segment per sub-problem, the outcome added to every segment, no std division.
-    ppm = dict(num_segments=spec.num_segments or spec.n, add_outcome_reward=True, scale_rewards="none",
-               filter_zero_advantage_groups=True)
-    # `common` overrides ARG's paper schedule (warmup 10, weight decay 0.01): the same optimiser for every variant.
-    return {
-        "sparse": ("grpo", {"scale_rewards": "group"}),
-        "trajectory": ("ppm", {"granularity": "trajectory", **ppm}),
-        "segment": ("ppm", {"granularity": "segment", **ppm}),
-        # a segment ends at each newline (line k = sub-problem k; the box joins the last line's segment)
-        "lines": ("ppm", {"granularity": "segment", **ppm, "segmentation": "delimiter", "segment_delimiter": "\n"}),
-        # the same with n + 1 segments: the answer line is a segment of its own, so a right last line does not credit
-        # the answer's tokens (issue 40 item 2: the answer format lost at n = 8)
-        "lines_answer": ("ppm", {"granularity": "segment", **ppm, "num_segments": (spec.num_segments or spec.n) + 1,
-                                 "segmentation": "delimiter", "segment_delimiter": "\n"}),
-        # the programmatic process score: the fraction of reference lines a correct response states (no LLM judge)
-        "papo": ("papo", {"process_scorer": "programmatic"}),
-        # PAPO §6's multiplicative ablation: outcome × process in one reward, normalised over the whole group
-        "papo_mult": ("papo", {"process_scorer": "programmatic", "combine": "multiplicative"}),
-        # PAPO §6's Fullnorm: incorrect rows enter the process normalisation with r_proc = 0
-        "papo_fullnorm": ("papo", {"process_scorer": "programmatic", "process_norm": "full"}),
-        # PAPO §3.2's reward-hacking arm: the process score alone (here a gameable one, `shown_work_reward`)
-        "prm_only": ("grpo", {"scale_rewards": "group"}),
-        "arg": ("arg", {}),
-        "fixed_prefix": ("arg", {"arg_levels": [0.5]}),  # one level α = ½, no selector: the fixed-guidance baseline
-        "fixed_quarter": ("arg", {"arg_levels": [0.25]}),
-        # one level α = 1 (the empty prefix); a group it does not rescue still falls back to the reference
-        "resampling": ("arg", {"arg_levels": [1.0]}),
-        # ARG App. G.2's resampling baseline: K continuations from the empty prefix, an unrescued group unchanged
-        "paper_resampling": ("arg", {"arg_mode": "resampling"}),
-        "reference_insertion": ("arg", {"arg_mode": "reference_insertion"}),  # §5.3's ablation
-        # ARG decides the rows of all-failure groups, segment-level PPM (as in "segment") credits every row
-        "ppm+arg": ("ppm+arg", {"granularity": "segment", **ppm}),
-        "papo+arg": ("papo+arg", {"process_scorer": "programmatic"}),
-        # the same PAPO arms with `ShownWorkProcessScorer` as r_proc (passed to the trainer in `build_trainer`)
-        "papo_gameable": ("papo", {}),
-        "papo_mult_gameable": ("papo", {"combine": "multiplicative"}),
-        "papo_fullnorm_gameable": ("papo", {"process_norm": "full"}),
-        # PRM-only on the true process score: the fraction of the row's points stated (`env_point_fraction`)
-        "prm_only_lines": ("grpo", {"scale_rewards": "group"}),
-        # the PPM paper's VeriFree baseline (App. B.1): the outcome + the likelihood of the reference's answer line
-        "verifree": ("verifree", {"scale_rewards": "group"}),
-        # the PPM paper's OPSD baseline (App. B.1): the JSD to the warm start given the reference, no reward in the loss
-        "opsd": ("opsd", {}),
-    }[spec.variant]
+    variant = VARIANT_TABLE[spec.variant]
+    return variant.method, dict(variant.settings(spec))
 
 
 def shown_work_reward(completions: list, **kwargs) -> list[float]:
@@ -171,11 +178,11 @@ class ShownWorkProcessScorer:
         return [shown_work(text, int(row["n"])) for row, text in zip(rows, texts, strict=True)]
 
 
-def build_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: str, budget: int,
+def build_variant_trainer(spec: RunSpec, model, tokenizer, train_dataset, output_dir: str, budget: int,
                   progress: bool = False):
     """The trainer of `spec.variant` (the method registry's classes); all share `_common_args` and the outcome
     reward (the env's verifier) — but the PRM-only arms, whose only reward is their process score."""
-    from ..methods import get_method
+    from ..registry import get_method
     from ..rewards import env_outcome_reward, env_point_fraction
 
     name, settings = variant_settings(spec)
@@ -280,7 +287,7 @@ def _train_variant(model_path: str, spec: RunSpec, eval_dataset, output_dir: str
     callback, record = _eval_callback(tokenizer, eval_dataset, budget, spec, history, train_logs, bar,
                                       harder_eval_sets, start_model)
     record(model, 0)
-    trainer = build_trainer(spec, model, tokenizer, train_dataset, output_dir, budget)
+    trainer = build_variant_trainer(spec, model, tokenizer, train_dataset, output_dir, budget)
     trainer.remove_callback(PrinterCallback)  # the logs go into the result (train_logs), not onto the terminal
     trainer.remove_callback(RunReport)  # and the run's summary too (GRPOTrainer, "sparse", has none)
     trainer.add_callback(callback)

@@ -26,37 +26,10 @@ from __future__ import annotations
 
 import argparse
 
-from ppm_trl.estimate.measure import (  # noqa: F401  (importable from here as before)
-    Calibration,
-    Messages,
-    RecordingJudge,
-    Sample,
-    calibrate,
-    count_samples,
-    judge_prices,
-    judge_token_counter,
-    sampled,
-)
-from ppm_trl.estimate.options import (  # noqa: F401
-    DEFAULT_JUDGE_COMPLETION_TOKENS,
-    DEFAULT_LATENCY_S,
-    DEFAULT_SAMPLE_ROWS,
-    add_estimate_arguments,
-    check_options,
-)
-from ppm_trl.estimate.prepare import estimate_prepare, finished_rows  # noqa: F401
-from ppm_trl.estimate.projection_report import Estimate, budget_notes, latency_of, profile_of, report, workload_table  # noqa: F401
-from ppm_trl.estimate.training import (  # noqa: F401
-    CharacterTokens,
-    cpu_precision,
-    estimate_training,
-    judged_task,
-    policy_tokenizer,
-    ppm_prefix_texts,
-    rollout_text_of,
-    stand_in_rollout,
-    training_schedule,
-)
+from ppm_trl.estimate.options import add_estimate_arguments, check_options
+from ppm_trl.estimate.prepare import estimate_prepare
+from ppm_trl.estimate.projection_report import report
+from ppm_trl.estimate.training import estimate_training
 from ppm_trl.flags import UsageError, closest
 from ppm_trl.train import train_fields
 

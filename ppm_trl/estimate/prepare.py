@@ -51,7 +51,7 @@ def estimate_prepare(argv: list[str],
                          "it costs no requests; estimate `train` instead")
     settings = prep.judge_settings(options)
     dataset = prep.load_rows(options)
-    prep.check_columns(dataset, options)
+    prep.check_prepare_columns(dataset, options)
     # Read lazily, only the columns prepare reads: a 45 MB file made `to_list()` hold 1.2 GB.
     rows = dataset.select_columns(list(dict.fromkeys(
         c for c in (options.problem_column, options.reference_column, options.answer_column) if c)))

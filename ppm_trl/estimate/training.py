@@ -92,7 +92,8 @@ def rollout_text_of(row: dict[str, Any]) -> tuple[str, str]:
 # ------------------------------------------------------------------------------------------------ training
 def judged_task(training_args) -> tuple[str | None, str]:
     """('ppm' | 'papo' | None, what the judge does in this run, or why nothing)."""
-    from ppm_trl.configs import PAPOConfig, PPMConfig
+    from ppm_trl.papo.papo_config import PAPOConfig
+    from ppm_trl.ppm.ppm_config import PPMConfig
 
     if isinstance(training_args, PPMConfig):
         if training_args.progress_scorer != "judge":
@@ -152,7 +153,7 @@ def ppm_prefix_texts(training_args, tokenizer, ids: list[int]) -> list[str]:
     the chunks c_k alone for process_reward), cut by the run's segmentation (turns: K equal parts, stated)."""
     import torch
 
-    from ppm_trl.segments import delimiter_prefix_lengths, segment_prefix_lengths
+    from ppm_trl.ppm.segmentation import delimiter_prefix_lengths, segment_prefix_lengths
 
     segments = training_args.num_segments
     if training_args.segmentation == "delimiter":
@@ -174,8 +175,9 @@ def cpu_precision(argv: list[str]) -> list[str]:
 
 
 def estimate_training(argv: list[str], options) -> tuple[Estimate, projection.JudgeLimits | None]:
-    from ppm_trl.methods import get_method
-    from ppm_trl.scorers import build_process_scorer, build_progress_scorer
+    from ppm_trl.papo.process_scorers import build_process_scorer
+    from ppm_trl.ppm.progress_scorers import build_progress_scorer
+    from ppm_trl.registry import get_method
 
     said = io.StringIO()
     try:

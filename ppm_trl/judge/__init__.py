@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ppm_trl.judge.arguments import JudgeArguments, build_judge
 from ppm_trl.judge.cache import ResponseCache, request_fingerprint, request_key
-from ppm_trl.judge.client import JudgeConfigurationError, LiteLLMJudge, redact
+from ppm_trl.judge.client import LiteLLMJudge
+from ppm_trl.judge.errors import JudgeConfigurationError
 from ppm_trl.judge.escaping import escape_papo_solution, escape_process_chunk, escape_rollout
 from ppm_trl.judge.parsing import (
     answer_in_text,
@@ -21,6 +22,7 @@ from ppm_trl.judge.parsing import (
     parse_rubric,
 )
 from ppm_trl.judge.prompts import PAPO_TIERS, build_messages, format_rubric
+from ppm_trl.judge.redaction import redact
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import JudgeFailure
 

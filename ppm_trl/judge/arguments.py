@@ -137,11 +137,7 @@ class JudgeArguments:
     )
 
     def __post_init__(self):
-        check_judge_settings({name: getattr(self, f"judge_{name}") for name in CLIENT_SETTINGS}, prefix="judge_")
-        check_unscorable_settings(self.judge_max_unscorable_frac, self.judge_unscorable_window,
-                                  self.judge_unscorable_min_rows, self.judge_quarantine_after)
-        if not isinstance(self.judge_probe, bool):
-            raise ValueError(f"judge_probe must be True or False, got {self.judge_probe!r}")
+        check_judge_arguments(self)
         parent = super()
         if hasattr(parent, "__post_init__"):  # a training config: its other bases check theirs
             parent.__post_init__()
@@ -154,10 +150,21 @@ class JudgeArguments:
         return kwargs
 
 
+def check_judge_arguments(arguments: JudgeArguments) -> None:
+    """A ValueError naming the first `judge_*` field of `arguments` that breaks its rule (`settings.py`)."""
+    check_judge_settings({name: getattr(arguments, f"judge_{name}") for name in CLIENT_SETTINGS}, prefix="judge_")
+    check_unscorable_settings(arguments.judge_max_unscorable_frac, arguments.judge_unscorable_window,
+                              arguments.judge_unscorable_min_rows, arguments.judge_quarantine_after)
+    if not isinstance(arguments.judge_probe, bool):
+        raise ValueError(f"judge_probe must be True or False, got {arguments.judge_probe!r}")
+
+
 def build_judge(arguments: JudgeArguments, output_dir: str | None = None, **overrides: Any) -> LiteLLMJudge:
-    """The `LiteLLMJudge` that `arguments` describe. Its default cache is `<output_dir>/judge_cache`, `output_dir`
-    defaulting to the training config's own (`arguments.output_dir`); `overrides` replace client arguments
-    (`ppm-trl estimate --calibrate` turns the cache and the budget off: `cache_dir=None, max_cost_usd=None`)."""
+    """The `LiteLLMJudge` that `arguments` describe, its fields checked again (a config changed after it was built
+    is checked before a model loads). Its default cache is `<output_dir>/judge_cache`, `output_dir` defaulting to the
+    training config's own (`arguments.output_dir`); `overrides` replace client arguments (`ppm-trl estimate
+    --calibrate` turns the cache and the budget off: `cache_dir=None, max_cost_usd=None`)."""
+    check_judge_arguments(arguments)
     if output_dir is None:
         output_dir = getattr(arguments, "output_dir", None)  # TrainingArguments' field, when `arguments` is a config
     return LiteLLMJudge(**{**arguments.judge_kwargs(output_dir), **overrides})

@@ -40,7 +40,7 @@ from .quarantine import (
     merge_attempts,
     read_quarantine_file,
 )
-from .settings import check_unscorable_settings  # noqa: F401  (importable from here as before)
+from .settings import check_unscorable_settings
 
 LOGGED = ("calls", "cache_hits", "failures", "retries", "unparseable", "prompt_tokens", "completion_tokens", "cost",
           "usage_unknown", "usage_clamped", "cache_rejected", "cache_write_failures", "quarantined", "throttled",

@@ -44,18 +44,15 @@ from ppm_trl.judge.errors import (
     classify,
     first_lines,
     is_connection_refused,
-    retry_after_seconds,
 )
 from ppm_trl.judge.limits import RateLimiter, longest_wait_seconds, process_count, process_share
-from ppm_trl.judge.redaction import (  # noqa: F401  (printable: importable from here as before)
+from ppm_trl.judge.redaction import (
     credential_arguments,
-    printable,
-    redact,
     remember_key_variable,
     shown_error,
 )
 from ppm_trl.judge.sending import RequestEngine
-from ppm_trl.judge.settings import check_judge_settings
+from ppm_trl.judge.settings import CLIENT_SETTINGS, check_judge_settings
 from ppm_trl.judge.stats import JudgeStats
 from ppm_trl.judge.tasks import JudgeFailure, JudgeTasks
 from ppm_trl.judge.transport import (
@@ -74,7 +71,6 @@ _KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "hosted_vllm": "HOSTED_VLLM_API_KE
 # LiteLLM's `openai/` client refuses to send without a key even to a local server that needs none.
 _NO_KEY_NEEDED = "sk-no-key-needed"
 PROBE_MAX_TOKENS = 8
-_retry_after_seconds, _classify = retry_after_seconds, classify  # their names here before `errors.py`
 
 
 class LiteLLMJudge(RequestEngine, JudgeTasks):
@@ -245,24 +241,7 @@ class LiteLLMJudge(RequestEngine, JudgeTasks):
     # ------------------------------------------------------------------------------------------ identity
     def config(self) -> dict[str, Any]:
         """Settings to save with a checkpoint or model card: everything but credentials (never stored)."""
-        return {
-            "model": self.model,
-            "api_base": self.api_base,
-            "max_concurrency": self.max_concurrency,
-            "timeout": self.timeout,
-            "num_retries": self.num_retries,
-            "temperature": self.temperature,
-            "cache_dir": self.cache_dir,
-            "api_key_env": self.api_key_env,
-            "transport": self.transport,
-            "max_rpm": self.max_rpm,
-            "max_tpm": self.max_tpm,
-            "max_cost_usd": self.max_cost_usd,
-            "max_total_tokens": self.max_total_tokens,
-            "max_response_bytes": self.max_response_bytes,
-            "echo_nonce": self.echo_nonce,
-            **self.litellm_kwargs,
-        }
+        return {**{name: getattr(self, name) for name in CLIENT_SETTINGS}, **self.litellm_kwargs}
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if v is not None)
@@ -353,7 +332,7 @@ class LiteLLMJudge(RequestEngine, JudgeTasks):
 
         try:
             shared_loop.run_blocking(ask)
-        except Exception as error:  # noqa: BLE001 - sorted below; bugs re-raise in _classify
+        except Exception as error:  # noqa: BLE001 - sorted below; bugs re-raise in classify
             if is_connection_refused(error):
                 raise self._configuration_error(error) from None
             if classify(error) == "fatal":

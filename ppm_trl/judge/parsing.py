@@ -359,7 +359,7 @@ def final_answer_of(reference: str) -> str | None:
     return tag.strip() if tag is not None and tag.strip() else None
 
 
-def normalize_answer(text: str) -> str:
+def loose_latex_form(text: str) -> str:
     """Loose LaTeX normal form for containment checks: no spaces, `$`, `\\left`/`\\right`, thin spaces."""
     text = re.sub(r"\\(?:left|right|displaystyle|,|!|;|:)", "", str(text))
     text = re.sub(r"\\[dt]frac", r"\\frac", text)
@@ -368,5 +368,5 @@ def normalize_answer(text: str) -> str:
 
 def answer_in_text(answer: str, text: str) -> bool:
     """Whether `text` (e.g. the last reasoning point) states `answer` (normalised containment)."""
-    needle = normalize_answer(answer)
-    return bool(needle) and needle in normalize_answer(text)
+    needle = loose_latex_form(answer)
+    return bool(needle) and needle in loose_latex_form(text)

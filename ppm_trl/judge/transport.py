@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ppm_trl.judge.errors import (  # noqa: F401  (the transports' errors, importable from here as before)
+from ppm_trl.judge.errors import (
     HTTPStatusError,
     MalformedReplyError,
     ProtocolError,

@@ -16,7 +16,7 @@ from ..registry import Column, Method, register_method
 PAPER = PPM_PAPER  # OPSD as the PPM paper defines and runs it
 
 
-def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
+def column_needs(args, custom_scorer: bool = False) -> dict[str, Column]:
     """The reference solution: the teacher's privileged context."""
     return {"reference": Column("str", "OPSD's teacher (the reference as privileged context)")}
 
@@ -24,7 +24,7 @@ def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
 register_method(Method("opsd", "ppm_trl.opsd.opsd_config:OPSDConfig", "ppm_trl.opsd.opsd_trainer:OPSDTrainer",
                        summary="OPSD (PPM paper's baseline): on-policy self-distillation from the starting policy "
                                "given the reference",
-                       columns=required_columns, paper=PAPER, card_name="OPSD"))
+                       columns=column_needs, paper=PAPER, card_name="OPSD"))
 
 _EXPORTS = {"OPSDConfig": "opsd_config", "OPSDTrainer": "opsd_trainer"}
 __all__ = sorted(_EXPORTS)

@@ -24,7 +24,7 @@ PAPER = Paper(
         }"""))
 
 
-def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
+def column_needs(args, custom_scorer: bool = False) -> dict[str, Column]:
     """The reference solution for the rubric judge; the rubric points and the env's name for the programmatic
     scorer; nothing when the trainer got its own scorer."""
     if custom_scorer:
@@ -37,7 +37,7 @@ def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
 
 register_method(Method("papo", "ppm_trl.papo.papo_config:PAPOConfig", "ppm_trl.papo.papo_trainer:PAPOTrainer",
                        summary="PAPO: outcome advantage + process advantage over the correct responses",
-                       columns=required_columns, paper=PAPER, card_name="PAPO"))
+                       columns=column_needs, paper=PAPER, card_name="PAPO"))
 
 _EXPORTS = {"PAPOConfig": "papo_config", "PAPOTrainer": "papo_trainer"}
 __all__ = sorted(_EXPORTS)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..configs import JudgeArguments, WholeGroupBatches, check_choice, refuse_normalize_then_sum
+from ..configs import WholeGroupBatches, check_choice, refuse_normalize_then_sum
+from ..judge.arguments import JudgeArguments
 from ..judge.prompts import PAPO_TIERS
 from .papo_estimators import COMBINES, PROCESS_NORMS
 from .process_scorers import PROCESS_SCORERS

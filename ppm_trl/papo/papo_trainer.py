@@ -24,13 +24,8 @@ import torch
 
 from ..advantages import batch_normalize, normalize_then_sum
 from ..text import completion_text
-from ..trainers.base import Advantages, MethodTrainer
-from ..trainers.common import (
-    check_method_columns,
-    install_judge_stats,
-    refuse_environment_owned_data,
-    weighted_outcome,
-)
+from ..trainers.base import Advantages, ScoredMethodTrainer
+from ..trainers.common import weighted_outcome
 from .papo_config import PAPOConfig
 from .papo_estimators import papo_advantages, papo_group_stats
 from .process_scorers import build_process_scorer
@@ -46,7 +41,7 @@ class PendingProcessScores:
     scores: Future | list  # → one score per judged row (a Future while the scorer runs; [] when none is judged)
 
 
-class PAPOTrainer(MethodTrainer):
+class PAPOTrainer(ScoredMethodTrainer):
     """GRPO whose advantage is A_out + λ·A_proc, A_proc normalised over the correct responses only (PAPO §4.1).
 
     Args:
@@ -58,22 +53,15 @@ class PAPOTrainer(MethodTrainer):
         scorer the dataset needs a `reference` column.
     """
 
+    method_name, config_class, scorer_attribute = "papo", PAPOConfig, "process_scorer"
+    scorer_counts = ("papo/judge_", ("requests", "failures"))
+
     def __init__(self, model, reward_funcs=None, args: PAPOConfig | None = None, train_dataset=None,
                  process_scorer=None, **kwargs):
-        if args is None:  # PAPOConfig's defaults, as GRPOTrainer builds its own
-            args = self.default_config(model)
-        if not isinstance(args, PAPOConfig):
-            raise TypeError(f"PAPOTrainer needs a PAPOConfig, got {type(args).__name__}")
-        check_method_columns(train_dataset, "papo", args, custom_scorer=process_scorer is not None)
-        self.process_scorer = process_scorer if process_scorer is not None else build_process_scorer(args)
-        self._papo_stats_seen = {}  # scorer counters at the last log, to log per-step deltas (across steps)
-        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
-        if process_scorer is None:  # after TRL's checks: environment-owned data has no column for a built-in scorer
-            refuse_environment_owned_data(train_dataset, "papo", args, "process_scorer")
-        install_judge_stats(self, self.process_scorer)
+        super().__init__(model, reward_funcs, args, train_dataset, scorer=process_scorer, **kwargs)
 
-    def method_scorers(self) -> list:
-        return [*super().method_scorers(), self.process_scorer]
+    def build_scorer(self, args):
+        return build_process_scorer(args)
 
     def on_final_rollout(self, rollout):
         super().on_final_rollout(rollout)
@@ -108,12 +96,7 @@ class PAPOTrainer(MethodTrainer):
         stats = papo_group_stats(outcome, process, self.num_generations, **kwargs)
         for name, value in stats.to_dict().items():
             self.log_metric(name, value)
-        counters = dict(getattr(self.process_scorer, "stats", {}))
-        for key in ("requests", "failures"):
-            total = self.accelerator.gather(torch.tensor(
-                float(counters.get(key, 0) - self._papo_stats_seen.get(key, 0)), device=self.accelerator.device))
-            self.log_metric(f"papo/judge_{key}", total.sum().item())
-        self._papo_stats_seen = counters
+        self.log_scorer_counts()
         return Advantages(advantages)
 
     # ---------------------------------------------------------------------------------------------- pieces

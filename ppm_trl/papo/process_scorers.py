@@ -9,7 +9,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..scorers import ProgrammaticPointMatcher, build_judge, reasoning_graph_of
+from ..judge.arguments import build_judge
+from ..scorers import ProgrammaticPointMatcher, reasoning_graph_of
 from ..text import problem_text
 
 

@@ -25,7 +25,7 @@ PAPER = Paper(
         }"""))
 
 
-def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
+def column_needs(args, custom_scorer: bool = False) -> dict[str, Column]:
     """The rubric points for the built-in scorers, and the env's name for the programmatic one (its matchers);
     nothing when the trainer got its own scorer (the trainer itself reads no column: e.g. environment data)."""
     if custom_scorer:
@@ -36,9 +36,20 @@ def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
     return needs
 
 
+def stalled(history: list[dict], args) -> str | None:
+    """Why a PPM run learned nothing: every group had zero advantage and was dropped (`filter_zero_advantage_groups`)."""
+    filtered = [entry["ppm/frac_rows_filtered"] for entry in history
+                if isinstance(entry.get("ppm/frac_rows_filtered"), (int, float))]
+    if filtered and min(filtered) >= 1.0:
+        return ("every group had zero advantage (all its completions earned the same rewards) and was dropped "
+                "(filter_zero_advantage_groups); check the reward and judge metrics — a model that never earns any "
+                "reward (an untrained one) gives no learning signal")
+    return None
+
+
 register_method(Method("ppm", "ppm_trl.ppm.ppm_config:PPMConfig", "ppm_trl.ppm.ppm_trainer:PPMGRPOTrainer",
                        summary="Progressive Point Matching: segment rewards, per-token advantages",
-                       columns=required_columns, paper=PAPER, card_name="PPM-GRPO"))
+                       columns=column_needs, paper=PAPER, card_name="PPM-GRPO", stalled=stalled))
 
 _EXPORTS = {"PPMConfig": "ppm_config", "PPMGRPOTrainer": "ppm_trainer"}
 __all__ = sorted(_EXPORTS)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from ..configs import JudgeArguments, WholeGroupBatches, check_choice
+from ..configs import WholeGroupBatches, check_choice
+from ..judge.arguments import JudgeArguments
 from .ppm_estimators import accepted_granularities, accepted_progress_modes, ppm_estimator
 from .progress_scorers import PROGRESS_SCORERS
 from .segmentation import SEGMENTATIONS, SegmentationSettings

@@ -22,8 +22,7 @@ import torch
 
 from ..advantages import normalize_then_sum, zero_advantage_groups
 from ..scorers import reasoning_graph_of
-from ..trainers.base import Advantages, MethodTrainer
-from ..trainers.common import check_method_columns, install_judge_stats, refuse_environment_owned_data
+from ..trainers.base import Advantages, ScoredMethodTrainer
 from .ppm_config import PPMConfig
 from .ppm_estimators import ppm_estimator
 from .progress_scorers import ProgressScorer, build_progress_scorer
@@ -39,7 +38,7 @@ class PendingProgress:
     progress: Future  # → (B_local, K) progress from the scorer, or its exception
 
 
-class PPMGRPOTrainer(MethodTrainer):
+class PPMGRPOTrainer(ScoredMethodTrainer):
     """GRPO whose advantages are Progressive Point Matching segment advantages (PPM paper §4–5, Alg. 1, App. B).
 
     Args:
@@ -51,25 +50,29 @@ class PPMGRPOTrainer(MethodTrainer):
         scorers the train dataset needs `reasoning_points` (and `reasoning_graph`); with your own, no column.
     """
 
+    method_name, config_class, scorer_attribute = "ppm", PPMConfig, "progress_scorer"
+    scorer_counts = ("ppm/scorer_", ("requests", "skipped_empty", "skipped_unchanged", "deduplicated", "failures"))
+
     def __init__(self, model, reward_funcs=None, args: PPMConfig | None = None, train_dataset=None,
                  progress_scorer: ProgressScorer | None = None, **kwargs):
-        if args is None:  # PPMConfig's defaults, as GRPOTrainer builds its own
-            args = self.default_config(model)
-        if not isinstance(args, PPMConfig):
-            raise TypeError(f"PPMGRPOTrainer needs a PPMConfig, got {type(args).__name__}")
-        check_method_columns(train_dataset, "ppm", args, custom_scorer=progress_scorer is not None)
-        _check_graphs(train_dataset)
-        self.progress_scorer = progress_scorer if progress_scorer is not None else build_progress_scorer(args)
-        self._ppm_stats_seen = {}  # scorer counters at the last log, to log per-step deltas (across steps)
-        super().__init__(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset, **kwargs)
-        if progress_scorer is None:  # after TRL's checks: environment-owned data has no column for a built-in scorer
-            refuse_environment_owned_data(train_dataset, "ppm", args, "progress_scorer")
-        install_judge_stats(self, self.progress_scorer)
+        super().__init__(model, reward_funcs, args, train_dataset, scorer=progress_scorer, **kwargs)
+
+    def build_scorer(self, args) -> ProgressScorer:
+        return build_progress_scorer(args)
+
+    def check_dataset(self, train_dataset) -> None:
+        """Every row's `reasoning_graph` must parse against its points (the error names the row and the rule)."""
+        if train_dataset is None or not hasattr(train_dataset, "__len__") or \
+                "reasoning_graph" not in (train_dataset.column_names or []):
+            return
+        for index, (points, graph) in enumerate(zip(train_dataset["reasoning_points"],
+                                                    train_dataset["reasoning_graph"])):
+            try:
+                reasoning_graph_of({"reasoning_points": points, "reasoning_graph": graph})
+            except ValueError as error:
+                raise ValueError(f"PPM: column `reasoning_graph`, row {index}: {error}") from None
 
     # ------------------------------------------------------------------------------------------ base hooks
-    def method_scorers(self) -> list:
-        return [*super().method_scorers(), self.progress_scorer]
-
     def on_final_rollout(self, rollout):
         super().on_final_rollout(rollout)
         # A rollout_func's extra fields join the rows only just before TRL's rewards: score those rows then.
@@ -172,18 +175,5 @@ class PPMGRPOTrainer(MethodTrainer):
         groups = advantages.view(-1, self.num_generations, advantages.shape[1])
         self.log_metric("ppm/frac_groups_nonzero_advantage", (groups.abs().amax(dim=(1, 2)) > 1e-8).float().mean())
         self.log_metric("ppm/frac_rows_filtered", dropped.float().mean().item())
-        stats = dict(getattr(self.progress_scorer, "stats", {}))
-        for key in ("requests", "skipped_empty", "skipped_unchanged", "deduplicated", "failures"):
-            self.log_metric(f"ppm/scorer_{key}", stats.get(key, 0) - self._ppm_stats_seen.get(key, 0))
-        self._ppm_stats_seen = stats
+        self.log_scorer_counts()
 
-
-def _check_graphs(dataset) -> None:
-    """Every row's `reasoning_graph` must parse against its points (error names the row and rule)."""
-    if dataset is None or not hasattr(dataset, "__len__") or "reasoning_graph" not in (dataset.column_names or []):
-        return
-    for index, (points, graph) in enumerate(zip(dataset["reasoning_points"], dataset["reasoning_graph"])):
-        try:
-            reasoning_graph_of({"reasoning_points": points, "reasoning_graph": graph})
-        except ValueError as error:
-            raise ValueError(f"PPM: column `reasoning_graph`, row {index}: {error}") from None

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
+from ..judge.arguments import build_judge
 from ..points import ReasoningGraph
-from ..scorers import JudgePointMatcher, PointMatcher, ProgrammaticPointMatcher, build_judge, reasoning_graph_of
+from ..scorers import JudgePointMatcher, PointMatcher, ProgrammaticPointMatcher, reasoning_graph_of
 from ..text import problem_text
 from .ppm_estimators import accepted_progress_modes, exact_order_progress
 

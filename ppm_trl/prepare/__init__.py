@@ -45,7 +45,7 @@ import sys
 import threading
 from typing import Any
 
-from ppm_trl.columns import (  # noqa: F401  (problem_of, reference_of: importable from here as before)
+from ppm_trl.columns import (
     boxed_reference,
     check_named_columns,
     conversational_prompt,
@@ -68,8 +68,7 @@ from ppm_trl.judge.settings import judge_cache_dir as _cache_rule
 from ppm_trl.judge.tasks import REQUEST_ERROR
 from ppm_trl.prepare.given_points import BAD_GIVEN_POINTS, given_points_settings, read_given_points
 from ppm_trl.prepare.hub_card import dataset_card
-from ppm_trl.prepare.judging import (  # noqa: F401  (importable from here as before)
-    SIGNAL_POLL_SECONDS,
+from ppm_trl.prepare.judging import (
     PrepareBudgetSpent,
     PrepareFailed,
     PrepareInterrupted,
@@ -171,7 +170,7 @@ def judge_settings(args: argparse.Namespace) -> JudgeArguments:
         raise ValueError(_in_prepare_spelling(str(error))) from None
 
 
-def check_columns(dataset, args: argparse.Namespace) -> None:
+def check_prepare_columns(dataset, args: argparse.Namespace) -> None:
     check_named_columns(dataset.column_names, [("--reference-column", args.reference_column),
                                                ("--problem-column", args.problem_column),
                                                ("--answer-column", args.answer_column),
@@ -267,7 +266,7 @@ def run_prepare(args: argparse.Namespace):
 
     settings = given_points_settings(args) if args.points_column else judge_settings(args)  # before any data is read
     dataset = load_rows(args)
-    check_columns(dataset, args)
+    check_prepare_columns(dataset, args)
     work_dir = work_dir_of(args)
     os.makedirs(work_dir, exist_ok=True)
     meta = {"dataset": args.dataset, "split": args.split, "config_name": args.config_name,

@@ -13,10 +13,8 @@ import uuid
 
 import torch
 
-from ..text import completion_text, problem_text  # noqa: F401  (re-exported for trainers)
 
-
-def check_columns(dataset, required: dict[str, str], method: str) -> None:
+def check_dataset_columns(dataset, required: dict[str, str], method: str) -> None:
     """Raise a ValueError naming the first missing/malformed column and row (`columns.check_required_columns`, the
     one column check, in Python spelling).
 
@@ -31,10 +29,10 @@ def check_columns(dataset, required: dict[str, str], method: str) -> None:
 def check_method_columns(dataset, method: str, args, custom_scorer: bool = False) -> None:
     """The columns the registered `method` reads with this config (`ppm_trl.methods`) must be in the dataset, with
     cells of the right kind; `custom_scorer`: the trainer got its own scorer, the config's is not used."""
-    from ..methods import get_method
+    from ..registry import get_method
 
     for column, need in get_method(method).required_columns(args, custom_scorer).items():
-        check_columns(dataset, {column: need.kind}, need.reader)
+        check_dataset_columns(dataset, {column: need.kind}, need.reader)
 
 
 def refuse_environment_owned_data(train_dataset, method: str, args, scorer_argument: str | None) -> None:
@@ -44,7 +42,7 @@ def refuse_environment_owned_data(train_dataset, method: str, args, scorer_argum
     column, and the trainer's own `scorer_argument=` (which reads no column) is the way out; None: nothing stands in
     for the column (VeriFree's reference answer, OPSD's teacher context), only a `train_dataset` that has it. A trainer
     given its own scorer does not call this."""
-    from ..methods import get_method
+    from ..registry import get_method
 
     if train_dataset is not None:
         return
@@ -67,12 +65,12 @@ def refuse_environment_owned_data(train_dataset, method: str, args, scorer_argum
 def check_reward_columns(dataset, reward_funcs, method: str) -> None:
     """The columns the given reward functions read (the reward registry says which) must be in the dataset
     (checked before any generation); a user's own reward function is not checked."""
-    from ..methods import reward_of_function
+    from ..registry import reward_of_function
 
     for func in reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]:
         reward = reward_of_function(func) if callable(func) else None
         for column in reward.columns if reward is not None else ():
-            check_columns(dataset, {column: "any"}, f"{method} with the `{func.__name__}` reward")
+            check_dataset_columns(dataset, {column: "any"}, f"{method} with the `{func.__name__}` reward")
 
 
 # The variables `accelerate launch` sets that would make the tiny model's builder join the run's process group.
@@ -137,7 +135,7 @@ def resolve_model_path(model, args, hidden_size: int = 64, num_hidden_layers: in
 def registered_model_card(cls: type) -> dict:
     """{attribute: value} of TRL's card attributes that the registry decides for trainer class `cls`: those of
     its nearest registered class, except an attribute a subclass below that class sets itself."""
-    from ..methods import method_of_trainer
+    from ..registry import method_of_trainer
 
     method = method_of_trainer(cls)
     if method is None:

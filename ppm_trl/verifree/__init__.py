@@ -24,7 +24,7 @@ PAPER = Paper(
         }"""))
 
 
-def required_columns(args, custom_scorer: bool = False) -> dict[str, Column]:
+def column_needs(args, custom_scorer: bool = False) -> dict[str, Column]:
     """The reference solution, whose final output is the answer the policy's likelihood is read on."""
     return {"reference": Column("str", "VeriFree's reference-answer likelihood")}
 
@@ -33,7 +33,7 @@ register_method(Method("verifree", "ppm_trl.verifree.verifree_config:VerifreeCon
                        "ppm_trl.verifree.verifree_trainer:VerifreeTrainer",
                        summary="VeriFree (PPM paper's baseline): outcome + the policy's likelihood of the reference "
                                "answer after the rollout's reasoning",
-                       columns=required_columns, paper=PAPER, card_name="VeriFree"))
+                       columns=column_needs, paper=PAPER, card_name="VeriFree"))
 
 _EXPORTS = {"VerifreeConfig": "verifree_config", "VerifreeTrainer": "verifree_trainer"}
 __all__ = sorted(_EXPORTS)

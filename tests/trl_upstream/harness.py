@@ -298,7 +298,7 @@ def _trainer_and_config(method: str):
     if method == "grpo":
         trainer, config = GRPOTrainer, GRPOConfig
     else:
-        from ppm_trl.methods import get_method
+        from ppm_trl.registry import get_method
 
         trainer, config = _with_text_scorers(get_method(method).trainer_class()), get_method(method).config_class()
     trl_fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}

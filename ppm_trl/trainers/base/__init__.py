@@ -23,7 +23,7 @@ It overrides each TRL hook once and gives the method trainers public, documented
 Each part is one file, readable in one sitting:
 
 - `contract.py` — the supported TRL versions (checked on import) and every TRL internal the seam touches, declared
-  for `tests/test_trl_seam.py`;
+  for `tests/trainers/test_trl_seam.py`;
 - `hooks.py` — the hooks above, the data they exchange (`Rollout`, `ScoredBatch`, `Advantages`) and TRL's hooks that
   call them (`_generate`, `_calculate_rewards`, `_generate_and_score_completions`, each overridden once);
 - `generation.py` — completions, log-probs and decoding through the trainer's own backend (HF, vLLM colocate or
@@ -33,9 +33,11 @@ Each part is one file, readable in one sitting:
   Ctrl-C (130);
 - `model_card.py` and `hub.py` — the method's model card, and Hub uploads without the run's private files;
 - `method_trainer.py` — `MethodTrainer`, those parts put together, with the TRL state a method reads by name
-  (`outcome_reward_weights`, `eos_ids`, `masks_truncated_completions`, `tokenizer`, `is_multimodal`, ...).
+  (`outcome_reward_weights`, `eos_ids`, `masks_truncated_completions`, `tokenizer`, `is_multimodal`, ...);
+- `scored_method.py` — `ScoredMethodTrainer`, what PPM and PAPO share: a method with one scorer (config, columns,
+  scorer, judge callbacks, the scorer's counters gathered over the processes).
 
-The seam is closed (`tests/test_trl_seam.py`): outside this package, no code names a TRL/Trainer private member or
+The seam is closed (`tests/trainers/test_trl_seam.py`): outside this package, no code names a TRL/Trainer private member or
 passes a private parameter, imports from a TRL submodule what `trl` does not export, reads trainer state TRL sets
 but does not document (only `DOCUMENTED_TRAINER_STATE`), or writes into an object TRL owns.
 """
@@ -77,13 +79,14 @@ from .model_card import (
     render_training_record,
 )
 from .run_lock import OutputDirInUse, output_dir_lock
+from .scored_method import ScoredMethodTrainer
 
 __all__ = [
     "CARD_JUDGE_SETTINGS", "CARD_TRL_SETTINGS", "CHECKPOINT_COMPLETE", "COMPLETION_STATISTICS",
     "DOCUMENTED_TRAINER_STATE", "HUB_API", "RESUME_LAST", "RUN_PRIVATE_FILES", "TRAINER_STATE", "TRAINER_STATE_TYPES",
     "TRL_PRIVATE_ATTRIBUTES", "TRL_PRIVATE_METHODS", "TRL_PRIVATE_PARAMETERS", "TRL_SUBMODULE_IMPORTS",
     "TRL_SUPPORTED", "VLLM_GENERATION_ATTRIBUTES", "Advantages", "CheckpointError", "MethodTrainer", "OutputDirInUse",
-    "Rollout", "RunReport", "ScoredBatch", "base_model_license", "card_training_record", "check_checkpoint_contents",
+    "Rollout", "RunReport", "ScoredBatch", "ScoredMethodTrainer", "base_model_license", "card_training_record", "check_checkpoint_contents",
     "checkpoint_problem", "completion_statistics", "describe_dataset", "output_dir_lock", "plan_generation_calls",
     "reached_max_steps", "read_trainer_state", "render_training_record", "resolve_resume_checkpoint",
     "run_private_patterns", "write_completion_marker",

@@ -21,7 +21,7 @@ from dataclasses import fields
 from transformers import TrainerState
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ...judge.client import printable
+from ...judge.redaction import printable
 
 CHECKPOINT_COMPLETE = "ppm_trl_checkpoint_complete.json"  # written last: {"files": {relative path: bytes}}
 TRAINER_STATE = "trainer_state.json"

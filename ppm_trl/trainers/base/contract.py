@@ -1,5 +1,5 @@
 """The contract with TRL: the supported versions (checked on import) and every TRL / Trainer internal the seam
-touches, declared so that `tests/test_trl_seam.py` can check each one against the installed TRL — and so that no
+touches, declared so that `tests/trainers/test_trl_seam.py` can check each one against the installed TRL — and so that no
 module outside this package touches any other.
 """
 
@@ -17,7 +17,7 @@ if Version(trl.__version__) not in TRL_SUPPORTED:
     )
 
 # The private TRL / Trainer members the seam uses, with the leading parameters it passes (checked by
-# tests/test_trl_seam.py: each tuple must be the start of the member's signature).
+# tests/trainers/test_trl_seam.py: each tuple must be the start of the member's signature).
 TRL_PRIVATE_METHODS = {
     "_generate": ("self", "prompts"),
     "_generate_single_turn": ("self", "prompt_ids", "images", "multimodal_fields", "num_generations",
@@ -52,7 +52,7 @@ TRL_SUBMODULE_IMPORTS = {
 # Trainer state (attributes TRL / transformers set on the trainer) that code outside the seam may read directly,
 # besides Trainer's documented "Important attributes" and the constructor arguments kept under their own name: why
 # each is safe. Any other state TRL sets is read through an accessor of MethodTrainer (`outcome_reward_weights`,
-# `eos_ids`, `masks_truncated_completions`, ...). Checked by tests/test_trl_seam.py.
+# `eos_ids`, `masks_truncated_completions`, ...). Checked by tests/trainers/test_trl_seam.py.
 DOCUMENTED_TRAINER_STATE = {
     "state": "the TrainerState every TrainerCallback receives (transformers' callback API)",
     "control": "the TrainerControl every TrainerCallback receives (transformers' callback API)",

@@ -18,7 +18,7 @@ from ...judge.settings import judge_cache_dir
 from .run_lock import HOLDER_FILE, LOCK_FILE
 
 # Where Trainer's pushes get their HfApi: (module, function). Replaced only for the duration of a push
-# (`uploads_ignoring`); tests/test_hub_upload.py checks the files an upload takes end to end.
+# (`uploads_ignoring`); tests/trainers/test_hub_upload.py checks the files an upload takes end to end.
 HUB_API = ("transformers.trainer", "hf_api")
 # Files a run (or `ppm-trl prepare`, whose work dir may sit inside output_dir) writes for itself, as huggingface_hub
 # `ignore_patterns` (a trailing "/" covers a folder's files): never part of a Hub upload, at any depth of output_dir.

@@ -19,6 +19,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
+from ...advantages import process_share
 from ..common import check_reward_columns, resolve_model_path
 from .generation import GenerationHelpers
 from .hooks import MethodHooks, Rollout
@@ -40,7 +41,7 @@ class RunReport(TrainerCallback):
         trainer = self.trainer
         if trainer._sigterm_received or not state.is_world_process_zero:  # a stop says so itself
             return
-        from ...methods import method_of_trainer
+        from ...registry import method_of_trainer
         from ...report import nothing_learned_this_run, training_summary
 
         method = method_of_trainer(type(trainer))
@@ -58,7 +59,7 @@ class MethodTrainer(MethodHooks, GenerationHelpers, Preemption, ModelCardWriter,
         # TRL reads `_name`, `_paper` and `_tag_names` for the model card (and the tags in __init__): the method's
         # registry record says them (`ppm_trl.methods.Method.model_card`), unless a subclass of the registered
         # trainer sets its own.
-        from ...methods import method_of_trainer
+        from ...registry import method_of_trainer
         from ..common import registered_model_card
 
         if any("on_scores" in vars(k) for k in type(self).__mro__):
@@ -88,7 +89,7 @@ class MethodTrainer(MethodHooks, GenerationHelpers, Preemption, ModelCardWriter,
         `GRPOConfig("<model name>-GRPO")`: output_dir `<model name>-<METHOD>` (`Qwen3-1.7B-PPM`, `tiny-PPM-ARG`).
         One departure, as `ppm-trl train` makes it: bf16 only where a GPU supports it (TRL's default, bf16 on,
         refuses to build on a CPU)."""
-        from ...methods import method_of_trainer
+        from ...registry import method_of_trainer
 
         method = method_of_trainer(cls)
         if method is None:
@@ -144,8 +145,7 @@ class MethodTrainer(MethodHooks, GenerationHelpers, Preemption, ModelCardWriter,
 
     def local_rows(self, num_local_rows: int) -> slice:
         """This process's rows within the gathered batch (every process holds `num_local_rows`, in rank order)."""
-        start = self.accelerator.process_index * num_local_rows
-        return slice(start, start + num_local_rows)
+        return process_share(self.accelerator.process_index, num_local_rows)
 
     @property
     def current_rollout(self) -> Rollout | None:

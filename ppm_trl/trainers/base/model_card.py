@@ -30,7 +30,7 @@ def card_training_record(trainer, dataset_name: str | None = None) -> dict:
     not have (judge fields only with a judge) and TRL's main ones (`CARD_TRL_SETTINGS`). Plain JSON values."""
     from trl import GRPOConfig
 
-    from ...methods import method_of_trainer
+    from ...registry import method_of_trainer
     from ...scorers import scorer_judge
 
     method = method_of_trainer(type(trainer))

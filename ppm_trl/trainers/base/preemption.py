@@ -24,7 +24,7 @@ from transformers import TrainerCallback, TrainerState
 from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, TrainOutput
 
-from ...judge.client import printable
+from ...judge.redaction import printable
 from .checkpoints import (
     CHECKPOINT_COMPLETE,
     TRAINER_STATE,
