@@ -36,6 +36,8 @@ $(STAMP): pyproject.toml $(TESTED)
 	$(BIN)/pip install -q -c $(TESTED) -e ".[dev]"
 	touch $(STAMP)
 
+# --timeout=900 caps a hung test at ≥ 10× the idle duration of every test but the few that carry their own
+# `@pytest.mark.timeout` (measured alone on the 2-core machine with `--durations`; README "How long each command takes").
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=900 -m "not vllm" $(PYTEST_ARGS)
 

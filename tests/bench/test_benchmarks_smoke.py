@@ -134,9 +134,11 @@ def test_horizon_scaling_output_dir_belongs_to_one_warm_start(tmp_path):
         hs.check_warm_start(str(tmp_path / "out"), "/cache/warmstart/bbbb")
 
 
+# 151 s alone on the 2-core machine (2026-12-06, `pytest --durations`): the run's own bound (1,800 s) catches a hang
+# first, at ≥ 10× that; the test's stays above it (the Makefile's 900 s is < 10× this test).
+@pytest.mark.timeout(3600)
 def test_evidence_quick_writes_the_summary_with_the_issue_shape(tmp_path):
     out = tmp_path / "evidence"
-    # ~3 min on two idle cores (warm starts included); the bound only catches a hang, on a busy machine too
     stdout = _run("benchmarks/evidence.py", "--quick", "--workers", "2", "--output-dir", str(out), "--cache-dir",
                   str(tmp_path / "cache"), timeout=1800)
     quick = Path(str(out) + "_quick")

@@ -55,6 +55,8 @@ def _jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
+# 125 s alone on the 2-core machine (2026-12-06, `pytest --durations`): ≥ 10× that, above the commands' own bounds.
+@pytest.mark.timeout(3600)
 def test_readme_own_data_commands(tmp_path):
     _jsonl(tmp_path / "gsm8k.jsonl", MESSY_GSM8K)
     _jsonl(tmp_path / "math.jsonl", MESSY_MATH)
