@@ -25,7 +25,8 @@ class ScoredMethodTrainer(MethodTrainer):
     - `scorer_attribute`: its scorer's keyword argument and attribute (`progress_scorer`, `process_scorer`);
     - `scorer_counts`: (metric prefix, the scorer's `stats` counters logged per step under it);
 
-    and `build_scorer(args)`, the scorer its config names; `check_dataset(train_dataset)` adds its own row checks.
+    and the method `build_scorer(args)`, the scorer its config names (no default: each method names its own);
+    `check_dataset(train_dataset)` adds the method's own row checks.
     """
 
     method_name: str
@@ -52,9 +53,6 @@ class ScoredMethodTrainer(MethodTrainer):
     def scorer(self):
         """The method's scorer (also under its own name, `scorer_attribute`)."""
         return getattr(self, self.scorer_attribute)
-
-    def build_scorer(self, args):
-        raise NotImplementedError
 
     def check_dataset(self, train_dataset) -> None:
         """Checks of the method's own beyond the registry's columns (an error names the column and the row)."""
