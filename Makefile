@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml $(TESTED)
 # --timeout=900 caps a hung test at ≥ 10× the idle duration of every test but the few that carry their own
 # `@pytest.mark.timeout` (measured alone on the 2-core machine with `--durations`; README "How long each command takes").
 test: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x --timeout=900 -m "not vllm" $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x -n 2 --dist worksteal --timeout=900 -m "not vllm" $(PYTEST_ARGS)
 
 # The quick check before a commit (goal: under a minute on the 2-core machine): the test files marked `fast`
 # (`pytestmark = pytest.mark.fast`): pure math (advantages, segments, points, ARG's guidance), configs, scorers and
