@@ -95,7 +95,7 @@ def parse_args(argv=None):
         # one lr: own and shared lr coincide, so each arm is reported once (the tuning logic has its unit tests)
         args.horizons, args.lrs, args.tuning_seeds, args.seeds, args.arg_seeds = [1, 2], [1e-3], [100], [0, 1], [0]
         args.ppm_steps = args.papo_steps = args.arg_steps = 2
-        args.eval_every, args.eval_size, args.profile_size, args.max_extensions, args.papo_n = 1, 8, 8, 0, 2
+        args.eval_every, args.eval_size, args.profile_size, args.max_extensions, args.papo_n = 2, 8, 8, 0, 2
         args.prompts_per_step = 1  # one group of G a step: the smoke checks the machinery, not learning
     if len(args.lrs) < 3 and not args.quick:
         parser.error("--lrs needs at least three values (a grid that can bracket an optimum)")

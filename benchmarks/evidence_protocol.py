@@ -116,15 +116,30 @@ class Runner:
                 results[key] = _run_job(*job)
                 report(key, results[key])
             return results
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import as_completed
 
-        with ProcessPoolExecutor(self.args.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_run_job, *job): key for (key, *_), job in zip(todo, jobs)}
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                report(futures[future], results[futures[future]])
+        pool = worker_pool(self.args.workers)
+        futures = {pool.submit(_run_job, *job): key for (key, *_), job in zip(todo, jobs)}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            report(futures[future], results[futures[future]])
         return results
+
+
+_POOLS: dict = {}
+
+
+def worker_pool(workers: int):
+    """One pool of `workers` spawned processes for the whole invocation: a pool per batch of runs started fresh
+    interpreters, whose imports cost ~4 s per worker per batch (a run's own work needs nothing of an earlier run)."""
+    if workers not in _POOLS:
+        import atexit
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        _POOLS[workers] = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        atexit.register(_POOLS[workers].shutdown)
+    return _POOLS[workers]
 
 
 def report(key: tuple, result: dict) -> None:

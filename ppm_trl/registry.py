@@ -65,6 +65,8 @@ class Method:
     # history and the config (None: no reason of this method's); the run's totals of this method's work
     stalled: Callable[[list[dict], Any], str | None] | None = None
     run_totals: Callable[[Any, list[dict]], dict] | None = None
+    # The method's own config fields for a multi-turn rollout of n sub-problems (PPM: one segment per turn)
+    multiturn_fields: Callable[[int], dict] | None = None
 
     def config_class(self) -> type:
         return _load(self.config)
@@ -80,6 +82,13 @@ class Method:
             for column, need in method.columns(args, custom_scorer).items():
                 needs.setdefault(column, need)
         return needs
+
+    def multiturn_settings(self, n: int) -> dict:
+        """Config fields of this method (each of its parts') for a multi-turn rollout of n sub-problems."""
+        settings: dict = {}
+        for method in [get_method(part) for part in self.parts] or [self]:
+            settings.update(method.multiturn_fields(n) if method.multiturn_fields else {})
+        return settings
 
     def papers(self) -> list[Paper]:
         return [p for p in ([get_method(part).paper for part in self.parts] or [self.paper]) if p is not None]

@@ -62,7 +62,8 @@ class TrainScriptArguments:
     multiturn: bool = field(
         default=False,
         metadata={"help": "Multi-turn form of the env (multi_countdown, matrix): one sub-problem per turn through "
-                  "TRL's environment/tool loop; sets segmentation=turns, num_segments=n, the per-turn budget."},
+                  "TRL's environment/tool loop; sets the per-turn budget and the method's fields (PPM: "
+                  "segmentation=turns, num_segments=n), each unless you set it."},
     )
     tokens_per_turn: int = field(default=256, metadata={"help": "Multi-turn: generation budget of one turn."})
     tool_tokens_per_turn: int = field(default=128, metadata={"help": "Multi-turn: bound on one tool reply."})
@@ -153,11 +154,26 @@ def parse_train_args(argv: list[str]):
             print(f"ppm-trl train: {note}", file=sys.stderr)
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
+        if script_args.multiturn:
+            # What a multi-turn run derives from its turn budget, as defaults that a flag or YAML key overrides; then
+            # parsed again, so that the configs validate the values they train with.
+            parser.set_defaults(**multiturn_settings(script_args, training_args.use_vllm))
+            script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except (ValueError, TypeError) as error:  # unknown YAML keys, and TRL's / our configs' value checks
         raise UsageError(str(error)) from None
     if script_args.long_prompts not in ("error", "drop"):
         raise UsageError(f"long_prompts must be `error` or `drop`, got {script_args.long_prompts!r}")
     return script_args, training_args, model_args
+
+
+def multiturn_settings(script_args, use_vllm: bool) -> dict:
+    """The config fields of `script_args.method` for its multi-turn env (`envs.multiturn.multiturn_config_kwargs`)."""
+    from .envs.multiturn import MULTITURN_ENVIRONMENTS, multiturn_config_kwargs
+
+    if script_args.env_name not in MULTITURN_ENVIRONMENTS:
+        raise UsageError(f"`multiturn` needs env_name in {sorted(MULTITURN_ENVIRONMENTS)}, got {script_args.env_name!r}")
+    return multiturn_config_kwargs(script_args.env_n, script_args.tokens_per_turn, script_args.tool_tokens_per_turn,
+                                   use_vllm=use_vllm, method=script_args.method)
 
 
 def deepspeed_on_cpu(argv: list[str], config: dict, use_cpu: bool) -> list[str]:
@@ -280,17 +296,9 @@ def build_trainer(script_args, training_args, model_args):
             **({"attn_implementation": model_args.attn_implementation} if model_args.attn_implementation else {}),
         }
     extra = {}
-    if script_args.multiturn:
-        from .envs.multiturn import MULTITURN_ENVIRONMENTS, multiturn_config_kwargs
+    if script_args.multiturn:  # its config fields were set by parse_train_args
+        from .envs.multiturn import MULTITURN_ENVIRONMENTS
 
-        if script_args.env_name not in MULTITURN_ENVIRONMENTS:
-            raise UsageError(f"`multiturn` needs env_name in {sorted(MULTITURN_ENVIRONMENTS)}, "
-                             f"got {script_args.env_name!r}")
-        settings = multiturn_config_kwargs(script_args.env_n, script_args.tokens_per_turn,
-                                           script_args.tool_tokens_per_turn, use_vllm=training_args.use_vllm)
-        for key, value in settings.items():
-            if hasattr(training_args, key):
-                setattr(training_args, key, value)
         extra["environment_factory"] = MULTITURN_ENVIRONMENTS[script_args.env_name]
     trainer_class = get_method(script_args.method).trainer_class()
     trainer = trainer_class(

@@ -235,23 +235,37 @@ def warm_start(settings: WarmStartSettings | None = None, cache_root: str | None
     weights once). The build runs under `kernels.PINNED_KERNELS`: in this process when it already runs with them
     (the demo's and the benchmarks' entry points re-execute themselves so), else in a child process that does.
     """
+    import filelock
+
     settings = settings or WarmStartSettings()
     cache_root = cache_root or default_cache_root()
     path = os.path.join(cache_root, settings.key())
-    if not force and os.path.exists(os.path.join(path, "warmstart.json")):
-        if not verify:
+    os.makedirs(cache_root, exist_ok=True)
+    # Processes asking for one checkpoint at once (two launches, two test workers): one builds, the others wait and
+    # read it — two builds would share one staging directory.
+    with filelock.FileLock(path + ".lock"):
+        if not force and _cached(path, verify):
             return path
-        stored = read_manifest(path).get("weights_digest")
-        actual = weights_digest(path)
-        if stored == actual:
-            return path
-        print(f"warm start: the cached checkpoint {path} has weights digest {actual}, but its warmstart.json "
-              f"says {stored}; rebuilding it", flush=True)
-    if kernels_pinned() or not cpu_supports_pinned_kernels():
-        build_warm_start(settings, path, progress)
-    else:
-        _build_in_pinned_child(settings, path, progress)
+        if kernels_pinned() or not cpu_supports_pinned_kernels():
+            build_warm_start(settings, path, progress)
+        else:
+            _build_in_pinned_child(settings, path, progress)
     return path
+
+
+def _cached(path: str, verify: bool) -> bool:
+    """Whether `path` holds a finished build (and, with `verify`, its weights still match their stored digest)."""
+    if not os.path.exists(os.path.join(path, "warmstart.json")):
+        return False
+    if not verify:
+        return True
+    stored = read_manifest(path).get("weights_digest")
+    actual = weights_digest(path)
+    if stored == actual:
+        return True
+    print(f"warm start: the cached checkpoint {path} has weights digest {actual}, but its warmstart.json "
+          f"says {stored}; rebuilding it", flush=True)
+    return False
 
 
 def _build_in_pinned_child(settings: WarmStartSettings, path: str, progress: bool) -> None:

@@ -181,24 +181,26 @@ MULTITURN_ENVIRONMENTS = {"multi_countdown": MultiCountdownTurnEnv, "matrix": Ma
 
 
 def multiturn_config_kwargs(n: int, tokens_per_turn: int, tool_tokens_per_turn: int = 128,
-                            use_vllm: bool = False) -> dict[str, Any]:
-    """PPMConfig fields for n sub-problems with a per-turn budget (paper: 512 tokens per sub-problem).
+                            use_vllm: bool = False, method: str = "ppm") -> dict[str, Any]:
+    """Config fields of `method` (a registered name) for n sub-problems with a per-turn budget (paper: 512 tokens per
+    sub-problem).
 
-    One segment per turn; at most n - 1 tool calls; each generation call (one turn) capped at `tokens_per_turn`;
-    the whole completion (turns + tool results, which TRL counts against `max_completion_length`; the tool loop
-    stops a rollout whose next tool result would not fit) capped at n turns plus n - 1 tool results of at most
-    `tool_tokens_per_turn` tokens. vLLM (colocate) reads the per-call cap as `max_tokens`, HF generate as
-    `max_new_tokens`.
+    At most n - 1 tool calls; each generation call (one turn) capped at `tokens_per_turn`; the whole completion
+    (turns + tool results, which TRL counts against `max_completion_length`; the tool loop stops a rollout whose next
+    tool result would not fit) capped at n turns plus n - 1 tool results of at most `tool_tokens_per_turn` tokens.
+    vLLM (colocate) reads the per-call cap as `max_tokens`, HF generate as `max_new_tokens`. Then the method's own
+    fields (`Method.multiturn_fields`; PPM: one segment per turn, `segmentation="turns"`, `num_segments=n`).
     """
+    from ppm_trl.registry import get_method
+
     for value, what in ((n, "n"), (tokens_per_turn, "tokens_per_turn"), (tool_tokens_per_turn, "tool_tokens_per_turn")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{what} must be an integer >= 1, got {value!r}")
     return {
-        "segmentation": "turns",
-        "num_segments": n,
         "max_tool_calling_iterations": n - 1,
         "max_completion_length": n * tokens_per_turn + (n - 1) * tool_tokens_per_turn,
         "generation_kwargs": {("max_tokens" if use_vllm else "max_new_tokens"): tokens_per_turn},
+        **get_method(method).multiturn_settings(n),
     }
 
 

@@ -187,14 +187,6 @@ def estimate_training(argv: list[str], options) -> tuple[Estimate, projection.Ju
         for line in said.getvalue().splitlines():  # `train`'s note on the batch it fitted is for one process
             if options.num_processes == 1 or not line.startswith("ppm-trl train: num_generations="):
                 print(line, file=sys.stderr)
-    if script_args.multiturn and script_args.env_name:  # `train` sets these in build_trainer
-        from ppm_trl.envs.multiturn import multiturn_config_kwargs
-
-        for key, value in multiturn_config_kwargs(script_args.env_n, script_args.tokens_per_turn,
-                                                  script_args.tool_tokens_per_turn,
-                                                  use_vllm=training_args.use_vllm).items():
-            if hasattr(training_args, key):
-                setattr(training_args, key, value)
     source = script_args.dataset_name or f"env {script_args.env_name!r}"
     dataset = prepare_dataset(script_args, training_args, load_train_dataset(script_args),
                               reward_names(script_args), source)

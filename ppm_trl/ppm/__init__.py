@@ -47,9 +47,16 @@ def stalled(history: list[dict], args) -> str | None:
     return None
 
 
+def multiturn_fields(n: int) -> dict:
+    """A multi-turn rollout of n sub-problems (`envs/multiturn.py`): segment k is turn k (the paper's segments by
+    turn boundaries)."""
+    return {"segmentation": "turns", "num_segments": n}
+
+
 register_method(Method("ppm", "ppm_trl.ppm.ppm_config:PPMConfig", "ppm_trl.ppm.ppm_trainer:PPMGRPOTrainer",
                        summary="Progressive Point Matching: segment rewards, per-token advantages",
-                       columns=column_needs, paper=PAPER, card_name="PPM-GRPO", stalled=stalled))
+                       columns=column_needs, paper=PAPER, card_name="PPM-GRPO", stalled=stalled,
+                       multiturn_fields=multiturn_fields))
 
 _EXPORTS = {"PPMConfig": "ppm_config", "PPMGRPOTrainer": "ppm_trainer"}
 __all__ = sorted(_EXPORTS)

@@ -134,8 +134,8 @@ def test_horizon_scaling_output_dir_belongs_to_one_warm_start(tmp_path):
         hs.check_warm_start(str(tmp_path / "out"), "/cache/warmstart/bbbb")
 
 
-# 151 s alone on the 2-core machine (2026-12-06, `pytest --durations`): the run's own bound (1,800 s) catches a hang
-# first, at ≥ 10× that; the test's stays above it (the Makefile's 900 s is < 10× this test).
+# 79 s alone on the 2-core machine (2026-12-07, `pytest --durations`; 151 s before the runs shared one worker pool):
+# the run's own bound (1,800 s) catches a hang first, at ≥ 10× that; the test's stays above it.
 @pytest.mark.timeout(3600)
 def test_evidence_quick_writes_the_summary_with_the_issue_shape(tmp_path):
     out = tmp_path / "evidence"

@@ -192,6 +192,36 @@ def test_two_builds_in_separate_processes_with_1_and_2_threads_have_one_fingerpr
     assert seen[0]["digest"] == seen[1]["digest"] and len(seen[0]["digest"]) == 16
 
 
+_BUILD_COUNTED = """
+import json, sys
+from ppm_trl.demo import warmstart
+build = warmstart.build_warm_start
+warmstart.build_warm_start = lambda *args, **kwargs: (print("building", flush=True), build(*args, **kwargs))
+settings = warmstart.WarmStartSettings(horizons=(1,), num_examples=64, max_steps=40, batch_size=4,
+                                       hidden_size=32, num_hidden_layers=1)
+print(json.dumps({"path": warmstart.warm_start(settings, cache_root=sys.argv[1], progress=False)}))
+"""
+
+
+def test_two_processes_asking_for_one_warm_start_at_once_build_it_once(tmp_path):
+    """Two test workers (or two launches) wanting one uncached checkpoint: one builds, the other waits and reads it.
+    Without the lock both build into one staging directory and one of them fails or both build."""
+    import subprocess
+    import sys
+
+    from ppm_trl.demo.kernels import pinned_environ
+
+    env = pinned_environ()  # the build then runs in each process itself, where the counter sees it
+    children = [subprocess.Popen([sys.executable, "-c", _BUILD_COUNTED, str(tmp_path)], env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outputs = [child.communicate(timeout=1200) for child in children]
+    assert [child.returncode for child in children] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert sum(out.count("building") for out, _ in outputs) == 1, outputs
+    paths = {json.loads(out.strip().splitlines()[-1])["path"] for out, _ in outputs}
+    assert len(paths) == 1 and warmstart.read_manifest(paths.pop())["steps_trained"] == 40
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]  # no staging left
+
+
 def test_a_cached_checkpoint_whose_weights_changed_is_rebuilt(tmp_path, capsys):
     from safetensors.torch import load_file, save_file
 

@@ -110,6 +110,47 @@ def test_config_kwargs_give_one_segment_per_turn_and_a_per_turn_budget(tmp_path)
     with pytest.raises(ValueError, match="tokens_per_turn"):
         multiturn_config_kwargs(2, 0)
     PPMConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2, **kwargs, **TINY_ARGS)
+    # A method without fields of its own gets the turn budget only; a composed method its PPM part's fields
+    assert set(multiturn_config_kwargs(4, 512, method="grpo")) == {
+        "max_tool_calling_iterations", "max_completion_length", "generation_kwargs"}
+    assert multiturn_config_kwargs(3, 8, method="ppm+arg")["num_segments"] == 3
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        multiturn_config_kwargs(2, 8, method="nope")
+
+
+MULTITURN_FLAGS = ["--env_name", "multi_countdown", "--env_n", "3", "--multiturn", "true", "--tokens_per_turn", "32",
+                   "--tool_tokens_per_turn", "48", "--use_cpu", "true"]
+
+
+@pytest.mark.parametrize("method", ["ppm", "ppm+arg", "papo", "grpo"])
+def test_the_command_line_derives_the_multiturn_fields_before_the_config_validates(tmp_path, method):
+    from ppm_trl.train import parse_train_args
+
+    _, args, _ = parse_train_args(["--method", method, "--output_dir", str(tmp_path), *MULTITURN_FLAGS])
+    assert (args.max_tool_calling_iterations, args.max_completion_length) == (2, 3 * 32 + 2 * 48)
+    assert args.generation_kwargs == {"max_new_tokens": 32}
+    if method.startswith("ppm"):
+        assert (args.segmentation, args.num_segments) == ("turns", 3)
+    else:
+        assert not hasattr(args, "segmentation")
+
+
+def test_a_multiturn_field_the_user_sets_wins_and_is_validated(tmp_path):
+    from ppm_trl.flags import UsageError
+    from ppm_trl.train import parse_train_args
+
+    base = ["--method", "ppm", "--output_dir", str(tmp_path), *MULTITURN_FLAGS]
+    _, args, _ = parse_train_args([*base, "--max_completion_length", "100", "--num_segments", "2"])
+    assert (args.max_completion_length, args.num_segments, args.segmentation) == (100, 2, "turns")
+    config = tmp_path / "run.yaml"
+    config.write_text("num_segments: 5\n")
+    _, args, _ = parse_train_args([*base, "--config", str(config)])
+    assert args.num_segments == 5  # the YAML's key, too
+    # The derived values pass through PPMConfig's checks (they used to be set after it had validated)
+    with pytest.raises(UsageError, match="num_segments must be >= 1"):
+        parse_train_args([*base, "--num_segments", "0"])
+    with pytest.raises(UsageError, match="`multiturn` needs env_name in"):
+        parse_train_args([*base, "--env_name", "multi_add"])
 
 
 # ---------------------------------------------------------------------------------------------- tool template
