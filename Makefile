@@ -36,8 +36,11 @@ $(STAMP): pyproject.toml $(TESTED)
 	$(BIN)/pip install -q -c $(TESTED) -e ".[dev]"
 	touch $(STAMP)
 
-# --timeout=900 caps a hung test at ≥ 10× the idle duration of every test but the few that carry their own
-# `@pytest.mark.timeout` (measured alone on the 2-core machine with `--durations`; README "How long each command takes").
+# Two pytest-xdist workers, one thread each (`PYTEST_ARGS="-n 0"` runs the suite in one process); the tests on the
+# demo's warm start are collected first, so that from an empty HOME its build overlaps the rest of the suite.
+# --timeout=900 caps a hung test at ≥ 10× the duration of every test but the few that carry their own
+# `@pytest.mark.timeout` (measured on the 2-core machine with `--durations`, under the two workers; README "How long
+# each command takes").
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -x -n 2 --dist worksteal --timeout=900 -m "not vllm" $(PYTEST_ARGS)
 
