@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
-from helpers import TINY_ARGS, capture_outputs, script_generation
+from helpers import TINY_ARGS, build_trainer, capture_outputs, script_generation
 
-from ppm_trl.composed import PAPOARGConfig, PAPOARGTrainer, PPMARGConfig, PPMARGTrainer
+from ppm_trl.composed import PAPOARGConfig, PPMARGConfig, PPMARGTrainer
 from ppm_trl.rewards import accuracy_reward
 from ppm_trl.tiny import build_tiny_model_and_tokenizer
 
@@ -33,13 +33,18 @@ def _settings(tmp_path, **overrides):
     return {**settings, **overrides}
 
 
+def _trainer(method, tmp_path, scorer, **overrides):
+    settings = {key: value for key, value in _settings(tmp_path, **overrides).items() if key != "output_dir"}
+    return build_trainer(method, tmp_path, scorer=scorer, reward_funcs=[accuracy_reward], train_dataset=_dataset(),
+                         **settings)
+
+
 def _rows(out):
     return [out["completion_ids"][i][: int(out["completion_mask"][i].sum())].tolist()
             for i in range(out["completion_ids"].shape[0])]
 
 
 def test_ppm_arg_credits_the_inserted_reference_with_segment_progress(tmp_path):
-    model, tokenizer = build_tiny_model_and_tokenizer()
     progress_calls = []
 
     def progress(rows, texts):  # m_k: 1/2 once "So $3+4=7$" is in the prefix, 1 once the boxed answer is
@@ -47,15 +52,14 @@ def test_ppm_arg_credits_the_inserted_reference_with_segment_progress(tmp_path):
         return torch.tensor([[1.0 if "\\boxed{7}" in p else 0.5 if "So $3+4=7$" in p else 0.0 for p in t]
                              for t in texts])
 
-    trainer = PPMARGTrainer(model=model, processing_class=tokenizer, reward_funcs=[accuracy_reward],
-                            args=PPMARGConfig(**_settings(tmp_path, num_segments=SEGMENTS)),
-                            train_dataset=_dataset(), progress_scorer=progress)
+    trainer = _trainer("ppm+arg", tmp_path, progress, num_segments=SEGMENTS)
     calls = script_generation(trainer, lambda prompt, index: "no idea" if len(calls) == 1 else "Guess \\boxed{8}")
     outputs = capture_outputs(trainer)
     trainer.train()
 
     assert calls == [8, 2 * K_CONT]  # the groups, then all continuations in one call (through the same hook)
     assert len(progress_calls) == 1  # guidance's verification never asks the progress scorer
+    tokenizer = trainer.processing_class
     reference = tokenizer(REFERENCE, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     rows, adv, mask = _rows(outputs[0]), outputs[0]["advantages"], outputs[0]["completion_mask"].bool()
     assert adv.shape == outputs[0]["completion_ids"].shape  # PPM's (B, T), not ARG's (B,)
@@ -80,7 +84,6 @@ def test_ppm_arg_credits_the_inserted_reference_with_segment_progress(tmp_path):
 
 
 def test_papo_arg_normalises_process_scores_over_the_correct_rows_after_insertion(tmp_path):
-    model, tokenizer = build_tiny_model_and_tokenizer()
     judged = []
 
     def process(rows, texts):  # the first correct row of each prompt scores 1, the next 0
@@ -92,15 +95,14 @@ def test_papo_arg_normalises_process_scores_over_the_correct_rows_after_insertio
         judged.append(list(texts))
         return scores
 
-    trainer = PAPOARGTrainer(model=model, processing_class=tokenizer, reward_funcs=[accuracy_reward],
-                             args=PAPOARGConfig(**_settings(tmp_path, arg_mode="resampling")),
-                             train_dataset=_dataset(), process_scorer=process)
+    trainer = _trainer("papo+arg", tmp_path, process, arg_mode="resampling")
     calls = script_generation(trainer, lambda prompt, index: "no idea" if len(calls) == 1 else "Guess \\boxed{7}")
     outputs = capture_outputs(trainer)
     trainer.train()
 
     assert calls == [8, 2 * K_CONT]
     assert len(judged) == 1 and len(judged[0]) == 4  # only the final correct rows, 2 per group
+    tokenizer = trainer.processing_class
     guess = tokenizer("Guess \\boxed{7}", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     rows, adv = _rows(outputs[0]), outputs[0]["advantages"].double()
     assert adv.dim() == 1

@@ -13,16 +13,10 @@ from datasets import Dataset
 from helpers import TINY_ARGS, build_trainer, capture_outputs, script_generation
 from judge_server import JudgeServer
 
-from ppm_trl.composed import PAPOARGConfig, PAPOARGTrainer, PPMARGConfig, PPMARGTrainer
 from ppm_trl.envs import make_dataset
 from ppm_trl.judge.callback import JudgeUnscorableError
 from ppm_trl.judge.client import PROBE_MAX_TOKENS
-from ppm_trl.papo.papo_config import PAPOConfig
-from ppm_trl.papo.papo_trainer import PAPOTrainer
-from ppm_trl.ppm.ppm_config import PPMConfig
-from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
 from ppm_trl.rewards import accuracy_reward, env_outcome_reward
-from ppm_trl.tiny import build_tiny_model_and_tokenizer
 from ppm_trl.trainers.base import Rollout
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -78,10 +72,8 @@ def _logged(trainer):
 
 def _train_programmatic(tmp_path, overlap, scorer=None, **overrides):
     dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PPMConfig(output_dir=str(tmp_path / f"out_{overlap}"), overlap_scoring=overlap, **{**SETTINGS, **overrides})
-    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                             train_dataset=dataset)
+    trainer = build_trainer("ppm", tmp_path / f"out_{overlap}", train_dataset=dataset, overlap_scoring=overlap,
+                            **{**SETTINGS, **overrides})
     recorder = RecordingScorer(trainer.progress_scorer) if scorer is None else scorer
     trainer.progress_scorer = recorder
     script_generation(trainer, _countdown_completions(dataset))
@@ -125,12 +117,10 @@ def _outcome(completions, **kwargs):
 
 
 def _train_with_judge(tmp_path, server, overlap, cache, hook=None, **overrides):
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PPMConfig(output_dir=str(tmp_path / "out"), overlap_scoring=overlap, progress_scorer="judge",
-                     judge_model="openai/loopback-judge", judge_api_base=server.api_base,
-                     judge_cache_dir=str(tmp_path / cache), judge_timeout=10, **{**SETTINGS, **overrides})
-    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=_outcome, args=args,
-                             train_dataset=_judge_dataset())
+    trainer = build_trainer("ppm", tmp_path / "out", reward_funcs=_outcome, train_dataset=_judge_dataset(),
+                            overlap_scoring=overlap, progress_scorer="judge", judge_model="openai/loopback-judge",
+                            judge_api_base=server.api_base, judge_cache_dir=str(tmp_path / cache), judge_timeout=10,
+                            **{**SETTINGS, **overrides})
     script_generation(trainer, lambda prompt, index: JUDGE_COMPLETIONS[index % G])
     outputs = capture_outputs(trainer)
     if hook is not None:
@@ -196,13 +186,11 @@ def test_ppm_arg_grades_the_final_rows_early(tmp_path):
     for overlap in (True, False):
         scorer = RecordingScorer(lambda rows, texts: torch.tensor(
             [[1.0 if "\\boxed{7}" in p else 0.5 if "So $3+4=7$" in p else 0.0 for p in t] for t in texts]))
-        model, tokenizer = build_tiny_model_and_tokenizer()
-        args = PPMARGConfig(output_dir=str(tmp_path / str(overlap)), per_device_train_batch_size=8, num_generations=G,
-                            max_completion_length=48, max_steps=1, arg_num_continuations=3, arg_max_accepted=2,
-                            arg_min_continuation_tokens=16, learning_rate=1e-3, warmup_steps=0, num_segments=K,
-                            num_iterations=2, overlap_scoring=overlap, **TINY_ARGS)
-        trainer = PPMARGTrainer(model=model, processing_class=tokenizer, reward_funcs=[accuracy_reward], args=args,
-                                train_dataset=dataset, progress_scorer=scorer)
+        trainer = build_trainer("ppm+arg", tmp_path / str(overlap), scorer=scorer, reward_funcs=[accuracy_reward],
+                                train_dataset=dataset, per_device_train_batch_size=8, num_generations=G,
+                                max_completion_length=48, max_steps=1, arg_num_continuations=3, arg_max_accepted=2,
+                                arg_min_continuation_tokens=16, learning_rate=1e-3, warmup_steps=0, num_segments=K,
+                                num_iterations=2, overlap_scoring=overlap)
         _script_failures_then_guesses(trainer)
         outputs = capture_outputs(trainer)
         trainer.train()
@@ -254,10 +242,8 @@ def test_a_step_that_fails_meanwhile_leaves_no_scoring_running(tmp_path):
         raise RuntimeError("reward function failed")
 
     dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=failing_reward,
-                             args=PPMConfig(output_dir=str(tmp_path), **SETTINGS), train_dataset=dataset,
-                             progress_scorer=RecordingScorer(slow_progress))
+    trainer = build_trainer("ppm", tmp_path, scorer=RecordingScorer(slow_progress), reward_funcs=failing_reward,
+                            train_dataset=dataset, **SETTINGS)
     script_generation(trainer, _countdown_completions(dataset))
     with pytest.raises(RuntimeError, match="^reward function failed$"):
         trainer.train()
@@ -315,14 +301,11 @@ def papo_process_score(text: str) -> float | None:
 
 def _train_papo(tmp_path, overlap, scorer=None, reward=None, **overrides):
     dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PAPOConfig(output_dir=str(tmp_path / f"papo_{overlap}"), overlap_scoring=overlap,
-                      **{**PAPO_SETTINGS, **overrides})
     scorer = scorer if scorer is not None else RecordingScorer(
         lambda rows, texts: [papo_process_score(text) for text in texts])
     reward = reward if reward is not None else CountingOutcome()
-    trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward, args=args,
-                          train_dataset=dataset, process_scorer=scorer)
+    trainer = build_trainer("papo", tmp_path / f"papo_{overlap}", scorer=scorer, reward_funcs=reward,
+                            train_dataset=dataset, overlap_scoring=overlap, **{**PAPO_SETTINGS, **overrides})
     script_generation(trainer, _papo_completions(dataset))
     outputs = capture_outputs(trainer)
     trainer.train()
@@ -356,13 +339,10 @@ def test_papo_overlap_on_and_off_train_identically(tmp_path):
 
 
 def _train_papo_with_judge(tmp_path, server, overlap, cache, hook=None, **overrides):
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PAPOConfig(output_dir=str(tmp_path / "papo_out"), overlap_scoring=overlap, process_scorer="judge",
-                      judge_model="openai/loopback-judge", judge_api_base=server.api_base,
-                      judge_cache_dir=str(tmp_path / cache), judge_timeout=10,
-                      **{**PAPO_SETTINGS, "max_completion_length": BUDGET, **overrides})
-    trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=_outcome, args=args,
-                          train_dataset=_judge_dataset())
+    trainer = build_trainer("papo", tmp_path / "papo_out", reward_funcs=_outcome, train_dataset=_judge_dataset(),
+                            overlap_scoring=overlap, process_scorer="judge", judge_model="openai/loopback-judge",
+                            judge_api_base=server.api_base, judge_cache_dir=str(tmp_path / cache), judge_timeout=10,
+                            **{**PAPO_SETTINGS, "max_completion_length": BUDGET, **overrides})
     # The loopback judge's rubric grade: every reference line → 1, the boxed answer only → 0.5, else 0.
     script_generation(trainer, lambda prompt, index: PAPO_JUDGE_COMPLETIONS[index % G])
     outputs = capture_outputs(trainer)
@@ -413,10 +393,7 @@ def test_papo_step_that_fails_in_the_log_prob_pass_leaves_no_scoring_running(tmp
 
     scorer = RecordingScorer(slow_scores)
     dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward,
-                          args=PAPOConfig(output_dir=str(tmp_path), **PAPO_SETTINGS), train_dataset=dataset,
-                          process_scorer=scorer)
+    trainer = build_trainer("papo", tmp_path, scorer=scorer, train_dataset=dataset, **PAPO_SETTINGS)
     script_generation(trainer, _papo_completions(dataset))
     trainer.model.register_forward_pre_hook(failing_pass)
     with pytest.raises(RuntimeError, match="^log-prob pass failed$"):
@@ -435,13 +412,11 @@ def test_papo_arg_rewards_and_judges_the_final_rows_early(tmp_path):
     results = {}
     for overlap in (True, False):
         scorer = RecordingScorer(lambda rows, texts: [1.0 if "So $3+4=7$" in t else 0.5 for t in texts])
-        model, tokenizer = build_tiny_model_and_tokenizer()
-        args = PAPOARGConfig(output_dir=str(tmp_path / str(overlap)), per_device_train_batch_size=8,
-                             num_generations=G, max_completion_length=48, max_steps=1, arg_num_continuations=3,
-                             arg_max_accepted=2, arg_min_continuation_tokens=16, learning_rate=1e-3, warmup_steps=0,
-                             num_iterations=2, overlap_scoring=overlap, **TINY_ARGS)
-        trainer = PAPOARGTrainer(model=model, processing_class=tokenizer, reward_funcs=[accuracy_reward], args=args,
-                                 train_dataset=dataset, process_scorer=scorer)
+        trainer = build_trainer("papo+arg", tmp_path / str(overlap), scorer=scorer, reward_funcs=[accuracy_reward],
+                                train_dataset=dataset, per_device_train_batch_size=8, num_generations=G,
+                                max_completion_length=48, max_steps=1, arg_num_continuations=3, arg_max_accepted=2,
+                                arg_min_continuation_tokens=16, learning_rate=1e-3, warmup_steps=0, num_iterations=2,
+                                overlap_scoring=overlap)
         _script_failures_then_guesses(trainer)
         outputs = capture_outputs(trainer)
         trainer.train()
@@ -459,11 +434,9 @@ def test_papo_with_a_rollout_funcs_extra_fields_rewards_at_trls_pass(tmp_path):
     """A `rollout_func`'s extra fields join the rows only just before TRL's rewards: no early rewards then (PAPO
     scores in `compute_advantages`, as with the switch off), and asking for them is one clear error naming the fields."""
     dataset = make_dataset("multi_countdown", 2, 4, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
     scorer, reward = RecordingScorer(lambda rows, texts: [1.0] * len(texts)), CountingOutcome()
-    trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=reward,
-                          args=PAPOConfig(output_dir=str(tmp_path), **PAPO_SETTINGS), train_dataset=dataset,
-                          process_scorer=scorer)
+    trainer = build_trainer("papo", tmp_path, scorer=scorer, reward_funcs=reward, train_dataset=dataset,
+                            **PAPO_SETTINGS)
     rows = [dict(dataset[0]) for _ in range(G)]
     rollout = Rollout(rows=rows, prompts=[row["prompt"] for row in rows], prompt_ids=[[1]] * G,
                       completion_ids=[[2]] * G, tool_mask=None,

@@ -10,15 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 from datasets import Dataset
-from helpers import TINY_ARGS, script_generation
+from helpers import build_trainer, script_generation
 from judge_server import JudgeServer, scripted_judge
 
 from ppm_trl.judge import JudgeStats
 from ppm_trl.judge.callback import JudgeStatsCallback, JudgeUnscorableError
 from ppm_trl.judge.quarantine import QUARANTINE_FILE, row_key
-from ppm_trl.ppm.ppm_config import PPMConfig
-from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
-from ppm_trl.tiny import build_tiny_model_and_tokenizer
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 POINTS = ["p1", "p2"]
@@ -203,13 +200,12 @@ def _dataset():
 def test_ppm_training_finishes_with_the_poisoned_row_listed(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
     with JudgeServer(responder=_poison_aware_judge) as server:
-        model, tokenizer = build_tiny_model_and_tokenizer()
-        args = PPMConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
-                         max_completion_length=16, num_segments=2, max_steps=12, progress_scorer="judge",
-                         judge_model="openai/loopback-judge", judge_api_base=server.api_base, judge_num_retries=0,
-                         judge_cache_dir="none", judge_timeout=10, add_outcome_reward=False, **TINY_ARGS)
-        trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=lambda completions, **kw: [
-            0.0] * len(completions), args=args, train_dataset=_dataset())
+        trainer = build_trainer(
+            "ppm", tmp_path / "out", reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+            train_dataset=_dataset(), per_device_train_batch_size=4, num_generations=4, max_completion_length=16,
+            num_segments=2, max_steps=12, progress_scorer="judge", judge_model="openai/loopback-judge",
+            judge_api_base=server.api_base, judge_num_retries=0, judge_cache_dir="none", judge_timeout=10,
+            add_outcome_reward=False)
         script_generation(trainer, lambda prompt, index: "alpha beta")
         trainer.train()  # 3 epochs: the poisoned row is in 3 steps
     listed = _listed(tmp_path / "out")

@@ -334,22 +334,16 @@ def test_budget_callback_stops_after_the_step_and_saves():
 
 
 def test_training_stops_at_the_step_that_spends_the_budget_with_a_checkpoint(tmp_path, monkeypatch):
-    from helpers import TINY_ARGS, script_generation
+    from helpers import build_trainer, script_generation
     from test_ppm_judge_integration import G, K, _completions, _dataset, _outcome
 
-    from ppm_trl.ppm.ppm_config import PPMConfig
-    from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
-    from ppm_trl.tiny import build_tiny_model_and_tokenizer
-
-    model, tokenizer = build_tiny_model_and_tokenizer()
     with JudgeServer() as server:
-        args = PPMConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=G,
-                         max_completion_length=64, num_segments=K, max_steps=4, filter_zero_advantage_groups=False,
-                         progress_scorer="judge", judge_model="openai/loopback-judge", judge_api_base=server.api_base,
-                         judge_cache_dir=str(tmp_path / "cache"), judge_timeout=10, judge_max_total_tokens=1,
-                         **{**TINY_ARGS, "save_strategy": "steps", "save_steps": 100})
-        trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=_outcome, args=args,
-                                 train_dataset=_dataset())
+        trainer = build_trainer(
+            "ppm", tmp_path / "out", reward_funcs=_outcome, train_dataset=_dataset(), per_device_train_batch_size=4,
+            num_generations=G, max_completion_length=64, num_segments=K, max_steps=4,
+            filter_zero_advantage_groups=False, progress_scorer="judge", judge_model="openai/loopback-judge",
+            judge_api_base=server.api_base, judge_cache_dir=str(tmp_path / "cache"), judge_timeout=10,
+            judge_max_total_tokens=1, save_strategy="steps", save_steps=100)
         script_generation(trainer, lambda prompt, index: _completions()[index % G])
         trainer.train()
     assert trainer.state.global_step == 1  # stopped after the first step, not in it

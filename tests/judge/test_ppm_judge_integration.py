@@ -10,15 +10,12 @@ import socket
 import pytest
 import torch
 from datasets import Dataset
-from helpers import TINY_ARGS, capture_outputs, script_generation
+from helpers import build_trainer, capture_outputs, script_generation
 from judge_server import JudgeServer
 
 from ppm_trl.judge import JudgeConfigurationError
 from ppm_trl.judge.callback import JudgeUnscorableError
 from ppm_trl.judge.client import PROBE_MAX_TOKENS
-from ppm_trl.ppm.ppm_config import PPMConfig
-from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
-from ppm_trl.tiny import build_tiny_model_and_tokenizer
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 G, K = 4, 4
@@ -49,14 +46,11 @@ def _outcome(completions, **kwargs):
 
 
 def _train(tmp_path, server, api_base=None, **settings):
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PPMConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=G,
-                     max_completion_length=64, num_segments=K, max_steps=1, filter_zero_advantage_groups=False,
-                     progress_scorer="judge", judge_model="openai/loopback-judge",
-                     judge_api_base=api_base or server.api_base, judge_cache_dir=str(tmp_path / "cache"),
-                     judge_timeout=10, **settings, **TINY_ARGS)
-    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=_outcome, args=args,
-                             train_dataset=_dataset())
+    trainer = build_trainer(
+        "ppm", tmp_path / "out", reward_funcs=_outcome, train_dataset=_dataset(), per_device_train_batch_size=4,
+        num_generations=G, max_completion_length=64, num_segments=K, max_steps=1, filter_zero_advantage_groups=False,
+        progress_scorer="judge", judge_model="openai/loopback-judge", judge_api_base=api_base or server.api_base,
+        judge_cache_dir=str(tmp_path / "cache"), judge_timeout=10, **settings)
     texts = _completions()
     script_generation(trainer, lambda prompt, index: texts[index % G])
     outputs = capture_outputs(trainer)
@@ -117,14 +111,12 @@ def test_the_numbers_a_run_prints_are_the_judge_requests_it_made(tmp_path, monke
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-loopback-dummy")
     with JudgeServer() as server:
-        model, tokenizer = build_tiny_model_and_tokenizer()
-        args = PPMConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=G,
-                         max_completion_length=64, num_segments=K, max_steps=3,
-                         filter_zero_advantage_groups=False, progress_scorer="judge",
-                         judge_model="openai/loopback-judge", judge_api_base=server.api_base, judge_cache_dir="none",
-                         judge_timeout=10, judge_probe=False, **{**TINY_ARGS, "logging_steps": 1})
-        trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=_outcome, args=args,
-                                 train_dataset=_dataset())
+        trainer = build_trainer(
+            "ppm", tmp_path / "out", reward_funcs=_outcome, train_dataset=_dataset(), per_device_train_batch_size=4,
+            num_generations=G, max_completion_length=64, num_segments=K, max_steps=3,
+            filter_zero_advantage_groups=False, progress_scorer="judge", judge_model="openai/loopback-judge",
+            judge_api_base=server.api_base, judge_cache_dir="none", judge_timeout=10, judge_probe=False,
+            logging_steps=1)
         texts = _completions()
         script_generation(trainer, lambda prompt, index: texts[index % G])
         result = trainer.train()

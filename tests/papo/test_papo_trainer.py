@@ -6,13 +6,9 @@ import math
 
 import pytest
 import torch
-from helpers import TINY_ARGS, build_trainer, capture_outputs, script_generation
+from helpers import build_trainer, capture_outputs, script_generation
 
 from ppm_trl.envs import make_dataset
-from ppm_trl.papo.papo_config import PAPOConfig
-from ppm_trl.papo.papo_trainer import PAPOTrainer
-from ppm_trl.rewards import env_outcome_reward
-from ppm_trl.tiny import build_tiny_model_and_tokenizer
 
 G = 4
 
@@ -113,11 +109,8 @@ def test_scores_outside_unit_interval_are_rejected(tmp_path):
 
 def test_programmatic_scorer_trains(tmp_path):
     dataset = make_dataset("multi_countdown", 2, 2, seed=0)
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=G,
-                      max_completion_length=48, max_steps=2, **TINY_ARGS)
-    trainer = PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                          train_dataset=dataset)
+    trainer = build_trainer("papo", tmp_path, train_dataset=dataset, per_device_train_batch_size=4, num_generations=G,
+                            max_completion_length=48, max_steps=2)
     before = [p.detach().clone() for p in trainer.model.parameters()]
 
     def completion_for(prompt_text, index):
@@ -138,17 +131,12 @@ def test_programmatic_scorer_trains(tmp_path):
 
 def test_missing_columns_are_named(tmp_path):
     dataset = make_dataset("multi_countdown", 1, 2, seed=0).remove_columns(["env"])
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=G, **TINY_ARGS)
     with pytest.raises(ValueError, match="`env` column"):
-        PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                    train_dataset=dataset)
-    args = PAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=G,
-                      process_scorer="judge", **TINY_ARGS)
+        build_trainer("papo", tmp_path, train_dataset=dataset, per_device_train_batch_size=4, num_generations=G)
     no_reference = make_dataset("multi_countdown", 1, 2, seed=0).remove_columns(["reference"])
     with pytest.raises(ValueError, match="`reference` column"):
-        PAPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                    train_dataset=no_reference)
+        build_trainer("papo", tmp_path, train_dataset=no_reference, per_device_train_batch_size=4, num_generations=G,
+                      process_scorer="judge")
 
 
 @pytest.mark.parametrize("loss_type,extra", [("grpo", {}), ("dr_grpo", {}), ("cispo", {}), ("sapo", {}),

@@ -16,27 +16,21 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from helpers import TINY_ARGS, script_generation
+from helpers import build_trainer, script_generation
 from safetensors.torch import load_file
 from torch.nn.modules.module import _IncompatibleKeys
 
 from ppm_trl.envs import make_dataset
-from ppm_trl.ppm.ppm_config import PPMConfig
-from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
-from ppm_trl.rewards import env_outcome_reward
-from ppm_trl.tiny import build_tiny_model_and_tokenizer
 from ppm_trl.trainers.base import CHECKPOINT_COMPLETE, checkpoint_problem, resolve_resume_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[1] / "preempted_train_script.py"
 
 
 def _trainer(output_dir, max_steps, **overrides):
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PPMConfig(output_dir=str(output_dir), per_device_train_batch_size=4, num_generations=4,
-                     max_completion_length=16, num_segments=2, max_steps=max_steps,
-                     **{**TINY_ARGS, "save_strategy": "steps", "save_steps": 1, **overrides})
-    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                             train_dataset=make_dataset("multi_add", 2, 8, seed=0))
+    settings = dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=16, num_segments=2,
+                    max_steps=max_steps, save_strategy="steps", save_steps=1)
+    trainer = build_trainer("ppm", output_dir, train_dataset=make_dataset("multi_add", 2, 8, seed=0),
+                            **{**settings, **overrides})
     return trainer, script_generation(trainer, lambda prompt, index: "1")
 
 

@@ -16,15 +16,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from helpers import TINY_ARGS, script_generation
+from helpers import build_trainer, script_generation
 from huggingface_hub.hf_api import DEFAULT_IGNORE_PATTERNS
 from huggingface_hub.utils import filter_repo_objects
 
 from ppm_trl.envs import make_dataset
-from ppm_trl.ppm.ppm_config import PPMConfig
-from ppm_trl.ppm.ppm_trainer import PPMGRPOTrainer
-from ppm_trl.rewards import env_outcome_reward
-from ppm_trl.tiny import build_tiny_model_and_tokenizer
 from ppm_trl.trainers.base import run_private_patterns
 
 KEY = "ab" + "0" * 62  # a judge cache key (sha256 hex)
@@ -65,11 +61,10 @@ def hub(monkeypatch):
 
 
 def _trainer(output_dir: Path, **overrides):
-    model, tokenizer = build_tiny_model_and_tokenizer()
-    args = PPMConfig(output_dir=str(output_dir), per_device_train_batch_size=4, num_generations=4,
-                     max_completion_length=8, num_segments=2, max_steps=1, **{**TINY_ARGS, **overrides})
-    trainer = PPMGRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=env_outcome_reward, args=args,
-                             train_dataset=make_dataset("multi_add", 2, 4, seed=0))
+    settings = dict(per_device_train_batch_size=4, num_generations=4, max_completion_length=8, num_segments=2,
+                    max_steps=1)
+    trainer = build_trainer("ppm", output_dir, train_dataset=make_dataset("multi_add", 2, 4, seed=0),
+                            **{**settings, **overrides})
     script_generation(trainer, lambda prompt, index: "1")
     return trainer
 
