@@ -3,7 +3,7 @@
     python benchmarks/kernel_pinning.py --parts identity    # benchmarks/results/kernel_pinning.json; ~15 min, 1 core
     python benchmarks/kernel_pinning.py --parts ops         # elementwise ops under the pin, per CPU (~2 min)
     python benchmarks/kernel_pinning.py --parts cost        # on otherwise idle cores (timings)
-    python benchmarks/kernel_pinning.py --quick             # smoke (CI): tiny build, native only, no timing
+    python benchmarks/kernel_pinning.py --quick             # smoke (CI): tiny build, native, two ATen levels, no timing
 
 **Identity.** One short SFT build (`--steps` steps of a tiny model, or `--size recipe`: the recipe's) in a fresh process
 for each CPU and kernel choice: natively at every ATen dispatch level this CPU has (default, AVX2, AVX-512), as
@@ -98,7 +98,7 @@ def parse_args(argv=None):
                         "temporary file).")
     parser.add_argument("--parts", nargs="+", choices=["identity", "ops", "cost"], default=["identity", "ops", "cost"],
                         help="What to measure; a part not run keeps what --json already holds for it.")
-    parser.add_argument("--quick", action="store_true", help="Smoke: a tiny build, native only, no timing.")
+    parser.add_argument("--quick", action="store_true", help="Smoke: a tiny build, native only (two ATen levels), no timing.")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.size, args.emulate, args.parts = 2, "tiny", [], ["identity"]
@@ -153,6 +153,8 @@ def identity(args) -> list[dict]:
         print(f"  {rows[-1]}", flush=True)
 
     levels = native_levels()
+    if args.quick:  # the pin's claim needs two levels: the lowest and the CPU's highest
+        levels = list(dict.fromkeys([levels[0], levels[-1]]))
     for level in levels:
         for choice in ("own", "pinned"):
             add("native", level, choice)
