@@ -98,7 +98,8 @@ def parse_args(argv=None):
                         "temporary file).")
     parser.add_argument("--parts", nargs="+", choices=["identity", "ops", "cost"], default=["identity", "ops", "cost"],
                         help="What to measure; a part not run keeps what --json already holds for it.")
-    parser.add_argument("--quick", action="store_true", help="Smoke: a tiny build, native only (two ATen levels), no timing.")
+    parser.add_argument("--quick", action="store_true",
+                        help="Smoke: a tiny build, native only (two ATen levels), no timing.")
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.size, args.emulate, args.parts = 2, "tiny", [], ["identity"]
