@@ -9,11 +9,21 @@ One folder, as TRL's `trl/experimental/<method>/`: `opsd_config.py` (`OPSDConfig
 from __future__ import annotations
 
 import importlib
+import textwrap
 
-from ..ppm import PAPER as PPM_PAPER
-from ..registry import Column, Method, register_method
+from ..registry import Column, Method, Paper, register_method
 
-PAPER = PPM_PAPER  # OPSD as the PPM paper defines and runs it
+# OPSD as the PPM paper defines and runs it: the card cites that paper (written here, as each TRL trainer carries its
+# own citation, so this folder imports no other method's)
+PAPER = Paper(
+    "Long-Horizon Language Model Reinforcement Learning via Progressive Point Matching", "2609.07303",
+    textwrap.dedent("""\
+        @article{ppm2026,
+            title        = {{Long-Horizon Language Model Reinforcement Learning via Progressive Point Matching}},
+            author       = {Kevin Frans and Oleh Rybkin and Sergey Levine and Aviral Kumar and others},
+            year         = 2026,
+            eprint       = {arXiv:2609.07303}
+        }"""))
 
 
 def column_needs(args, custom_scorer: bool = False) -> dict[str, Column]:

@@ -103,3 +103,12 @@ def test_one_step_loss_is_the_jsd_to_the_fixed_teacher_given_the_reference(tmp_p
 def _user_turn(decoded_prompt: str) -> str:
     """The user message inside a decoded chat prompt (the tiny model's Qwen-style template)."""
     return decoded_prompt.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+
+
+def test_the_card_cites_the_ppm_paper_that_defines_opsd():
+    """OPSD's folder writes its citation itself (no import of another method's folder); it must stay PPM's."""
+    from ppm_trl.opsd import PAPER
+    from ppm_trl.ppm import PAPER as PPM_PAPER
+    from ppm_trl.registry import get_method
+
+    assert PAPER == PPM_PAPER and get_method("opsd").paper == PPM_PAPER
