@@ -110,7 +110,7 @@ def test_the_readme_command_with_a_users_reward_runs_as_written(tmp_path):
     import shutil
     from pathlib import Path
 
-    from test_readme import readme_block
+    from helpers import readme_block
 
     block = readme_block("Command line", "bash", 1)
     (command,) = [line for line in block.splitlines() if line.startswith("ppm-trl train")]

@@ -34,6 +34,19 @@ def test_no_file_under_ppm_trl_is_longer_than_the_limit():
     assert not long, f"over {MAX_LINES} lines: {long}"
 
 
+def test_a_test_file_imports_test_modules_of_its_own_folder_only():
+    """pytest puts a test file's folder on `sys.path` when it collects it: a `from test_x import ...` of another
+    folder's file works only when that folder happened to be collected first (shared code lives in tests/helpers.py)."""
+    tests = pathlib.Path(__file__).resolve().parents[1]
+    strays = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("test_"):
+                if not (path.parent / f"{node.module}.py").exists():
+                    strays.append(f"{path.relative_to(tests)}:{node.lineno} imports {node.module}")
+    assert strays == []
+
+
 def test_no_two_modules_share_a_file_name():
     """One file name, one module (a package's `__init__.py` and `__main__.py` aside)."""
     names = Counter(path.name for path in _modules() if path.name not in ("__init__.py", "__main__.py"))
