@@ -34,9 +34,8 @@ def _settings(tmp_path, **overrides):
 
 
 def _trainer(method, tmp_path, scorer, **overrides):
-    settings = {key: value for key, value in _settings(tmp_path, **overrides).items() if key != "output_dir"}
-    return build_trainer(method, tmp_path, scorer=scorer, reward_funcs=[accuracy_reward], train_dataset=_dataset(),
-                         **settings)
+    return build_trainer(method, scorer=scorer, reward_funcs=[accuracy_reward], train_dataset=_dataset(),
+                         **_settings(tmp_path, **overrides))  # output_dir among the settings
 
 
 def _rows(out):
