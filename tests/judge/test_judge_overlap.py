@@ -25,6 +25,10 @@ WORKER = "ppm-trl-scoring"  # the name of the base's background worker thread (a
 # num_iterations=2: TRL computes the old-policy log-probs of every generation batch (the pass the judge hides under)
 SETTINGS = dict(per_device_train_batch_size=8, num_generations=G, max_completion_length=BUDGET, num_segments=K,
                 max_steps=4, num_iterations=2, filter_zero_advantage_groups=False, learning_rate=1e-3, **TINY_ARGS)
+# the composed trainers (ARG + PPM, ARG + PAPO): one step, all-failure groups guided to the reference
+ARG_SETTINGS = dict(per_device_train_batch_size=8, num_generations=G, max_completion_length=48, max_steps=1,
+                    arg_num_continuations=3, arg_max_accepted=2, arg_min_continuation_tokens=16, learning_rate=1e-3,
+                    warmup_steps=0, num_iterations=2)
 UNTIMED = ("runtime", "per_second", "latency", "step_time", "wait_s")  # wall-clock metrics: the only ones allowed to differ
 
 
@@ -187,10 +191,7 @@ def test_ppm_arg_grades_the_final_rows_early(tmp_path):
         scorer = RecordingScorer(lambda rows, texts: torch.tensor(
             [[1.0 if "\\boxed{7}" in p else 0.5 if "So $3+4=7$" in p else 0.0 for p in t] for t in texts]))
         trainer = build_trainer("ppm+arg", tmp_path / str(overlap), scorer=scorer, reward_funcs=[accuracy_reward],
-                                train_dataset=dataset, per_device_train_batch_size=8, num_generations=G,
-                                max_completion_length=48, max_steps=1, arg_num_continuations=3, arg_max_accepted=2,
-                                arg_min_continuation_tokens=16, learning_rate=1e-3, warmup_steps=0, num_segments=K,
-                                num_iterations=2, overlap_scoring=overlap)
+                                train_dataset=dataset, num_segments=K, overlap_scoring=overlap, **ARG_SETTINGS)
         _script_failures_then_guesses(trainer)
         outputs = capture_outputs(trainer)
         trainer.train()
@@ -413,10 +414,7 @@ def test_papo_arg_rewards_and_judges_the_final_rows_early(tmp_path):
     for overlap in (True, False):
         scorer = RecordingScorer(lambda rows, texts: [1.0 if "So $3+4=7$" in t else 0.5 for t in texts])
         trainer = build_trainer("papo+arg", tmp_path / str(overlap), scorer=scorer, reward_funcs=[accuracy_reward],
-                                train_dataset=dataset, per_device_train_batch_size=8, num_generations=G,
-                                max_completion_length=48, max_steps=1, arg_num_continuations=3, arg_max_accepted=2,
-                                arg_min_continuation_tokens=16, learning_rate=1e-3, warmup_steps=0, num_iterations=2,
-                                overlap_scoring=overlap)
+                                train_dataset=dataset, overlap_scoring=overlap, **ARG_SETTINGS)
         _script_failures_then_guesses(trainer)
         outputs = capture_outputs(trainer)
         trainer.train()
